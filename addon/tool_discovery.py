@@ -1,0 +1,183 @@
+"""mitmproxy entry point: ``mitmdump -s addon/tool_discovery.py``.
+
+Glue only, in the manner of mitmproxy's own addons: the option is declared in
+``load``, parsed in ``configure`` (``OptionsError`` on a bad config, so mitmdump
+exits naming the key), and the hooks hand bodies to the engine and its answers
+back to the flow. Every decision lives in ``tooldisco``, which has no mitmproxy import.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import sys
+from pathlib import Path
+from typing import Optional
+
+import httpx
+from loguru import logger
+from mitmproxy import ctx, exceptions, http
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tooldisco.config import ConfigError, load  # noqa: E402
+from tooldisco.engine import Engine, FlowContext, Reply  # noqa: E402
+
+DEFAULT_CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "tool_discovery.yaml")
+META_HOST = "tool_discovery.host"  # the host the client asked for, before map_remote
+META_CONTEXT = "tool_discovery.context"
+HOP_BY_HOP = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection",
+     "proxy-authorization", "te", "trailer", "upgrade", "content-encoding", "accept-encoding"}
+)
+STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
+log = logging.getLogger("tool_discovery")
+
+
+def _to_logging(message: "loguru.Message") -> None:  # type: ignore[name-defined]  # noqa: F821
+    """Engine logs (loguru) go to the logging module, which is what mitmproxy prints."""
+    record = message.record
+    level = logging.getLevelName(record["level"].name)
+    log.log(level if isinstance(level, int) else logging.INFO, record["message"])
+
+
+class ToolDiscovery:
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+        self.client: httpx.AsyncClient | None = None
+        self._sink: int | None = None
+
+    def load(self, loader) -> None:
+        loader.add_option(
+            "tool_discovery_config",
+            Optional[str],
+            DEFAULT_CONFIG,
+            "Path of the tool discovery YAML config.",
+        )
+        if self._sink is None:
+            try:
+                logger.remove(0)  # loguru's own stderr sink would print everything twice
+            except ValueError:
+                pass
+            self._sink = logger.add(_to_logging, level="DEBUG", format="{message}")
+
+    def configure(self, updated: set[str]) -> None:
+        if "tool_discovery_config" in updated:
+            path = ctx.options.tool_discovery_config or DEFAULT_CONFIG
+            try:
+                config = load(path)
+            except ConfigError as e:
+                raise exceptions.OptionsError(f"tool_discovery_config: {e}") from None
+            for warning in config.warnings:
+                log.warning(warning)
+            if self.engine:
+                self.engine.close()
+            self.engine = Engine(config)
+            td = config.tool_discovery
+            log.info(
+                "tool discovery: %s, strategy %s, hosts %s",
+                "on" if td.enabled else "off", td.strategy, ", ".join(config.hosts),
+            )
+        if updated & {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir",
+                      "mode", "tool_discovery_config"}:
+            self.client = None  # rebuilt on next use with the new options
+
+    def done(self) -> None:
+        if self.engine:
+            self.engine.close()
+
+    # --- hooks -------------------------------------------------------------------------
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        # map_remote rewrites the host in the request hook: remember what the client asked for.
+        flow.metadata[META_HOST] = flow.request.pretty_host
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        engine = self.engine
+        if engine is None or flow.response or flow.error or not flow.live or flow.is_replay == "request":
+            return
+        host = flow.metadata.get(META_HOST, flow.request.pretty_host)
+        adapter = engine.adapter_for(host, flow.request.method, flow.request.path)
+        if adapter is None:
+            return
+        try:
+            body = flow.request.get_content(strict=True)
+        except ValueError as e:
+            log.warning("tool discovery skipped: cannot decode the request body (%s)", e)
+            return
+        if not body:
+            return
+        headers = {k.lower(): v for k, v in flow.request.headers.items()}
+        prepared = engine.prepare(adapter, headers, body)
+        if prepared.body is not None:
+            flow.request.content = prepared.body
+        if prepared.context is not None:
+            flow.metadata[META_CONTEXT] = prepared.context
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if flow.response is None or META_HOST not in flow.metadata or META_CONTEXT in flow.metadata:
+            return  # flows that may need the phantom loop are buffered
+        engine = self.engine
+        host = flow.metadata[META_HOST]
+        if engine and engine.config.handles_host(host):
+            ctype = flow.response.headers.get("content-type", "").split(";")[0].strip().lower()
+            if ctype in STREAM_TYPES:
+                flow.response.stream = True  # live: first token reaches the client at once
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        context: FlowContext | None = flow.metadata.pop(META_CONTEXT, None)
+        if context is None or self.engine is None or flow.response is None:
+            return
+        if flow.response.raw_content is None:  # streamed after all (stream_large_bodies)
+            return
+        try:
+            body = flow.response.get_content(strict=True) or b""
+        except ValueError as e:
+            log.warning("phantom loop skipped: cannot decode the response body (%s)", e)
+            return
+        first = Reply(flow.response.status_code, body, flow.response.headers.get("content-type", ""))
+        reply = await self.engine.complete(context, first, lambda b: self._send(flow, b))
+        if reply is not None:
+            flow.response.status_code = reply.status
+            if reply.content_type:
+                flow.response.headers["content-type"] = reply.content_type
+            flow.response.content = reply.body
+
+    # --- re-forwarding -----------------------------------------------------------------
+
+    async def _send(self, flow: http.HTTPFlow, body: bytes) -> Reply:
+        """Send ``body`` where the flow's request finally went, with its final headers."""
+        headers = [(k, v) for k, v in flow.request.headers.items(multi=True) if k.lower() not in HOP_BY_HOP]
+        headers.append(("accept-encoding", "identity"))
+        client = self.client or self._make_client()
+        try:
+            r = await client.post(flow.request.url, content=body, headers=headers)
+        except httpx.HTTPError as e:
+            log.warning("phantom re-forward failed: %s", e)
+            return Reply(502, b'{"error":{"type":"proxy_error","message":"re-forward failed"}}')
+        return Reply(r.status_code, r.content, r.headers.get("content-type", ""))
+
+    def _make_client(self) -> httpx.AsyncClient:
+        """Honour mitmproxy's upstream-proxy mode and TLS options, as the proxy itself would."""
+        opts = ctx.options
+        verify: ssl.SSLContext | bool = True
+        if opts.ssl_insecure:
+            verify = False
+        elif opts.ssl_verify_upstream_trusted_ca or opts.ssl_verify_upstream_trusted_confdir:
+            verify = ssl.create_default_context(
+                cafile=opts.ssl_verify_upstream_trusted_ca, capath=opts.ssl_verify_upstream_trusted_confdir
+            )
+        proxy = None
+        for mode in opts.mode:
+            if mode.startswith("upstream:"):
+                proxy = mode.split(":", 1)[1]
+        self.client = httpx.AsyncClient(
+            verify=verify,
+            proxy=proxy,
+            timeout=httpx.Timeout(600.0, connect=30.0),
+            trust_env=False,
+        )
+        return self.client
+
+
+addons = [ToolDiscovery()]

@@ -1,0 +1,373 @@
+"""Config: YAML -> frozen dataclasses, validated up front.
+
+Why: a bad value must stop the proxy at start with a message naming the key,
+not surface as a strange rewrite in the middle of a user's session. The
+``pipes.tool_discovery`` block follows seed 000 §3 field for field; the rest
+(hosts, sessions, telemetry, search, deferral thresholds) is ours.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+STRATEGIES = ("passthrough", "relevance", "tool-search", "api")
+SEARCH_BACKENDS = ("regex", "bm25", "hybrid", "fuzzy")
+SCORERS = ("overlap", "bm25", "hybrid")
+ROLLOUTS = ("dark", "shadow", "partial", "full")
+WEBSOCKET_MODES = ("refuse", "passthrough")
+DEFAULT_HOSTS = (
+    "api.anthropic.com",
+    "api.openai.com",
+    "generativelanguage.googleapis.com",
+    "bedrock-runtime.*.amazonaws.com",
+)
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class ConfigError(ValueError):
+    """Raised with a message that starts with the offending key."""
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    endpoint: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float = 2.0
+    max_request_bytes: int = 4_000_000  # seed 001: enforce request size caps
+    max_response_bytes: int = 1_000_000
+    send_definitions: bool = True  # false: only name and description leave the proxy
+    rollout: str = "full"
+    rollout_percent: float = 100.0
+
+
+@dataclass(frozen=True)
+class DeferConfig:
+    """Seed 001 flow: relevance-ranked tools upfront beside the search tool."""
+
+    upfront: int = 0  # how many top-ranked tools stay loaded; 0 defers everything
+    min_tools: int = 0  # defer nothing while fewer deferrable tools than this…
+    min_tokens: int = 0  # …and fewer estimated definition tokens than this
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    backend: str = "regex"
+    cache_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolDiscovery:
+    enabled: bool = False
+    strategy: str = "passthrough"
+    provider: str | None = None
+    api: ApiConfig = ApiConfig()
+    min_tools: int = 5
+    max_tools: int = 25
+    target_ratio: float = 0.8
+    always_keep: tuple[str, ...] = ()
+    enable_search_fallback: bool = False
+    search_tool_name: str = "gateway_search_tools"
+    max_search_results: int = 5
+    max_phantom_loops: int = 5
+    scorer: str = "overlap"
+    search: SearchConfig = SearchConfig()
+    defer: DeferConfig = DeferConfig()
+
+    def keeps(self, name: str) -> bool:
+        """Whether ``always_keep`` names this tool (exact names or glob patterns)."""
+        return any(name == p or fnmatch.fnmatchcase(name, p) for p in self.always_keep)
+
+
+@dataclass(frozen=True)
+class Sessions:
+    dir: str | None = None  # default: the user's cache dir
+    ttl: float = 3600.0
+    cleanup_interval: float = 300.0
+    session_headers: tuple[str, ...] = (
+        "x-claude-code-session-id",
+        "session_id",
+        "session-id",
+        "x-session-id",
+        "conversation_id",
+    )
+
+    def directory(self) -> Path:
+        if self.dir:
+            return Path(self.dir).expanduser()
+        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        return Path(base) / "tooldisco" / "sessions"
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    enabled: bool = True
+    path: str = "tool_discovery.jsonl"
+
+
+@dataclass(frozen=True)
+class Config:
+    tool_discovery: ToolDiscovery = ToolDiscovery()
+    hosts: tuple[str, ...] = DEFAULT_HOSTS
+    sessions: Sessions = Sessions()
+    telemetry: Telemetry = Telemetry()
+    websocket: str = "refuse"  # Codex tries a WebSocket first; refusing makes it use HTTP SSE
+    warnings: tuple[str, ...] = ()  # non-fatal findings, logged by the addon
+
+    def handles_host(self, host: str) -> bool:
+        host = host.lower().rstrip(".")
+        return any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in self.hosts)
+
+
+# --- parsing -------------------------------------------------------------------------
+
+
+def expand_env(value: str, key: str, env: Mapping[str, str]) -> str:
+    """``${VAR}`` and ``${VAR:-default}``; an unset variable without default is an error."""
+
+    def sub(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{key}: environment variable {name} is not set (use ${{{name}:-default}})")
+
+    return _ENV.sub(sub, value)
+
+
+def parse_duration(value: Any, key: str) -> float:
+    """Seconds from ``2s``, ``500ms``, ``5m``, ``1h`` or a bare number of seconds."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a duration like 2s or 500ms, got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise ConfigError(f"{key}: expected a duration like 2s or 500ms, got {value!r}")
+    if seconds <= 0:
+        raise ConfigError(f"{key}: must be greater than zero, got {value!r}")
+    return seconds
+
+
+class _Section:
+    """Reads one mapping, records which keys were used, and rejects the rest."""
+
+    def __init__(self, data: Any, key: str, env: Mapping[str, str]):
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {type(data).__name__}")
+        self.data, self.key, self.env, self.used = data, key, env, set()
+
+    def _get(self, name: str) -> Any:
+        self.used.add(name)
+        value = self.data.get(name)
+        if isinstance(value, str):
+            value = expand_env(value, self.path(name), self.env)
+        return value
+
+    def path(self, name: str) -> str:
+        return f"{self.key}.{name}" if self.key else name
+
+    def has(self, name: str) -> bool:
+        return name in self.data and self.data[name] is not None
+
+    def section(self, name: str) -> "_Section":
+        self.used.add(name)
+        return _Section(self.data.get(name), self.path(name), self.env)
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self._get(name)
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "on", "off", "1", "0"):
+            return value.lower() in ("true", "yes", "on", "1")
+        raise ConfigError(f"{self.path(name)}: expected true or false, got {value!r}")
+
+    def integer(self, name: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
+        value = self._get(name)
+        if value is None:
+            return default
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{self.path(name)}: expected a whole number, got {value!r}")
+        return self._bounded(name, value, lo, hi)
+
+    def number(self, name: str, default: float, lo: float | None = None, hi: float | None = None) -> float:
+        value = self._get(name)
+        if value is None:
+            return default
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            value = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{self.path(name)}: expected a number, got {value!r}") from None
+        return self._bounded(name, value, lo, hi)
+
+    def _bounded(self, name: str, value: Any, lo: Any, hi: Any) -> Any:
+        if lo is not None and value < lo:
+            raise ConfigError(f"{self.path(name)}: must be at least {lo}, got {value}")
+        if hi is not None and value > hi:
+            raise ConfigError(f"{self.path(name)}: must be at most {hi}, got {value}")
+        return value
+
+    def string(self, name: str, default: str | None, choices: tuple[str, ...] | None = None) -> Any:
+        value = self._get(name)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise ConfigError(f"{self.path(name)}: expected a string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise ConfigError(f"{self.path(name)}: must be one of {', '.join(choices)}; got {value!r}")
+        return value
+
+    def duration(self, name: str, default: float) -> float:
+        value = self._get(name)
+        return default if value is None else parse_duration(value, self.path(name))
+
+    def strings(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        self.used.add(name)
+        value = self.data.get(name)
+        if value is None:
+            return default
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{self.path(name)}: expected a list of non-empty strings, got {value!r}")
+        return tuple(expand_env(v, self.path(name), self.env) for v in value)
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise ConfigError(f"{self.path(unknown[0])}: unknown key")
+
+
+def _api(s: _Section) -> ApiConfig:
+    d = ApiConfig()
+    endpoint = s.string("endpoint", None)
+    if endpoint and not re.match(r"^https?://", endpoint):
+        raise ConfigError(f"{s.path('endpoint')}: must be an http:// or https:// URL, got {endpoint!r}")
+    api = ApiConfig(
+        endpoint=endpoint or None,
+        api_key=s.string("api_key", None) or None,
+        timeout=s.duration("timeout", d.timeout),
+        max_request_bytes=s.integer("max_request_bytes", d.max_request_bytes, lo=1024),
+        max_response_bytes=s.integer("max_response_bytes", d.max_response_bytes, lo=1024),
+        send_definitions=s.boolean("send_definitions", d.send_definitions),
+        rollout=s.string("rollout", d.rollout, ROLLOUTS),
+        rollout_percent=s.number("rollout_percent", d.rollout_percent, lo=0.0, hi=100.0),
+    )
+    s.done()
+    return api
+
+
+def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
+    d = ToolDiscovery()
+    strategy = s.string("strategy", d.strategy)
+    if strategy not in STRATEGIES:
+        warn(f"{s.path('strategy')}: unknown strategy {strategy!r}; using passthrough (seed 000 §11)")
+        strategy = "passthrough"
+    min_tools = s.integer("min_tools", d.min_tools, lo=0)
+    max_tools = s.integer("max_tools", d.max_tools, lo=1)
+    if max_tools < min_tools:
+        raise ConfigError(f"{s.path('max_tools')}: must be at least min_tools ({min_tools}), got {max_tools}")
+    name = s.string("search_tool_name", d.search_tool_name)
+    if not TOOL_NAME.match(name):
+        raise ConfigError(f"{s.path('search_tool_name')}: must match {TOOL_NAME.pattern}, got {name!r}")
+    fallback = s.boolean("enable_search_fallback", d.enable_search_fallback)
+    forced = {"relevance": False, "tool-search": True, "api": True}.get(strategy)
+    if forced is not None and s.has("enable_search_fallback") and fallback != forced:
+        warn(f"{s.path('enable_search_fallback')}: forced to {str(forced).lower()} for strategy {strategy}")
+    search = s.section("search")
+    defer = s.section("defer")
+    td = ToolDiscovery(
+        enabled=s.boolean("enabled", d.enabled),
+        strategy=strategy,
+        provider=s.string("provider", None),
+        api=_api(s.section("api")),
+        min_tools=min_tools,
+        max_tools=max_tools,
+        target_ratio=s.number("target_ratio", d.target_ratio, lo=0.0, hi=1.0),
+        always_keep=s.strings("always_keep", ()),
+        enable_search_fallback=fallback if forced is None else forced,
+        search_tool_name=name,
+        max_search_results=s.integer("max_search_results", d.max_search_results, lo=1, hi=50),
+        max_phantom_loops=s.integer("max_phantom_loops", d.max_phantom_loops, lo=1, hi=20),
+        scorer=s.string("scorer", d.scorer, SCORERS),
+        search=SearchConfig(
+            backend=search.string("backend", SearchConfig.backend, SEARCH_BACKENDS),
+            cache_dir=search.string("cache_dir", None),
+        ),
+        defer=DeferConfig(
+            upfront=defer.integer("upfront", DeferConfig.upfront, lo=0),
+            min_tools=defer.integer("min_tools", DeferConfig.min_tools, lo=0),
+            min_tokens=defer.integer("min_tokens", DeferConfig.min_tokens, lo=0),
+        ),
+    )
+    search.done()
+    defer.done()
+    s.done()
+    return td
+
+
+def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
+    """Build a Config from parsed YAML; raise ConfigError naming the key on any bad value."""
+    env = os.environ if env is None else env
+    warnings: list[str] = []
+    top = _Section(data, "", env)
+    pipes = top.section("pipes")
+    # Other pipes (tool_output, compression…) belong to other components: ignore them.
+    pipes.used.update(pipes.data)
+    td = _tool_discovery(pipes.section("tool_discovery"), warnings.append)
+    ss = top.section("sessions")
+    sessions = Sessions(
+        dir=ss.string("dir", None),
+        ttl=ss.duration("ttl", Sessions.ttl),
+        cleanup_interval=ss.duration("cleanup_interval", Sessions.cleanup_interval),
+        session_headers=tuple(h.lower() for h in ss.strings("session_headers", Sessions().session_headers)),
+    )
+    ss.done()
+    ts = top.section("telemetry")
+    telemetry = Telemetry(enabled=ts.boolean("enabled", True), path=ts.string("path", Telemetry.path))
+    ts.done()
+    cfg = Config(
+        tool_discovery=td,
+        hosts=top.strings("hosts", DEFAULT_HOSTS),
+        sessions=sessions,
+        telemetry=telemetry,
+        websocket=top.string("websocket", "refuse", WEBSOCKET_MODES),
+        warnings=tuple(warnings),
+    )
+    top.done()
+    return cfg
+
+
+def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read config: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: invalid YAML: {e}") from None
+    try:
+        return parse(data, env)
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None

@@ -1,0 +1,304 @@
+"""The engine: what to forward for a request, and what the client sees of the answer.
+
+Why one façade: the addon stays glue (hooks, flags, bytes in and out) and everything
+that decides is testable here without mitmproxy or a socket. Every public method
+fails open: an exception anywhere means "forward unchanged", with a warning and a
+telemetry reason, never a broken request.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping
+
+from loguru import logger
+
+from .config import Config
+from .loop import Finish, Found, PhantomLoop, Send
+from .providers.base import Adapter, RequestView, Tool, ToolCall, ToolResult, Unsupported
+from .providers.detect import detect
+from .search import make_searcher, run_query
+from .sessions import SessionState, SessionStore, session_key, tenant_of
+from .strategies import deferral, relevance
+from .telemetry import Record, SearchRecord, TelemetrySink, estimate_tokens
+
+MAX_DEFERRED_PER_SESSION = 10_000
+
+
+@dataclass
+class Reply:
+    """An upstream answer, or the one the client gets. ``body`` is decoded (no content-encoding)."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+    @property
+    def is_stream(self) -> bool:
+        return self.content_type.split(";")[0].strip().lower() in (
+            "text/event-stream",
+            "application/vnd.amazon.eventstream",
+        )
+
+
+Upstream = Callable[[bytes], Awaitable[Reply]]
+
+
+@dataclass
+class FlowContext:
+    """What the response phase needs to know about one request."""
+
+    adapter: Adapter
+    session: str
+    body: str  # as forwarded
+    original: bytes  # as the client sent it: the fail-open retry
+    phantom: str
+    catalog: dict[str, Tool]  # what a search may find
+    forwarded: list[str]
+    record: Record
+    started: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class Prepared:
+    body: bytes | None = None  # the new body, or None to forward unchanged
+    context: FlowContext | None = None  # set when the response needs the phantom loop
+
+
+class Engine:
+    def __init__(self, config: Config, store: SessionStore | None = None):
+        self.config = config
+        td = config.tool_discovery
+        self.store = store or SessionStore(
+            config.sessions.directory(), config.sessions.ttl, config.sessions.cleanup_interval
+        )
+        self.telemetry = TelemetrySink(config.telemetry.path if config.telemetry.enabled else None)
+        self.searcher = make_searcher(td.search.backend, cache_dir=td.search.cache_dir)
+        scorer = None if td.scorer == "overlap" else make_searcher(td.scorer, cache_dir=td.search.cache_dir)
+        self.ranker = scorer.search if scorer else None
+
+    # --- request phase ---------------------------------------------------------------
+
+    def adapter_for(self, host: str, method: str, path: str) -> Adapter | None:
+        td = self.config.tool_discovery
+        if not td.enabled or not self.config.handles_host(host):
+            return None
+        return detect(method, path)
+
+    def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes) -> Prepared:
+        """Decide what to forward. ``headers`` keys must be lowercase."""
+        td = self.config.tool_discovery
+        started = time.perf_counter()
+        record = Record(provider=adapter.api, strategy=td.strategy)
+        try:
+            text = body.decode("utf-8")
+            view = adapter.parse(text)
+            record.stream = view.stream
+            record.total_tools = len(view.tools)
+            before = sum(estimate_tokens(t.raw) for t in view.tools)
+            record.tool_tokens_before = record.tool_tokens_after = before
+            record.kept_tools = len(view.tools)
+            hint = view.session_hint or next(
+                (headers[h] for h in self.config.sessions.session_headers if headers.get(h)), None
+            )
+            key = session_key(tenant_of(headers), hint, view.first_user)
+            record.session = key[:12]
+            if td.strategy == "relevance":
+                return self._relevance(adapter, view, text, key, record)
+            if td.strategy in ("tool-search", "api"):
+                return self._deferral(adapter, view, text, body, key, record)
+            record.fallback_reason = "passthrough"
+            return Prepared()
+        except Unsupported as e:
+            record.fallback_reason = f"unsupported: {e}"
+            logger.warning("tool discovery skipped ({}): {}", adapter.api, e)
+            return Prepared()
+        except Exception as e:  # fail open: whatever went wrong, forward unchanged
+            record.fallback_reason = f"error: {type(e).__name__}"
+            logger.opt(exception=e).warning("tool discovery failed ({}); forwarding unchanged", adapter.api)
+            return Prepared()
+        finally:
+            record.processing_ms = round((time.perf_counter() - started) * 1000, 3)
+            if record.outcome != "pending":  # else the response phase completes the record
+                self.telemetry.write(record)
+
+    def _relevance(self, adapter: Adapter, view: RequestView, text: str, key: str, record: Record) -> Prepared:
+        td = self.config.tool_discovery
+        total = len(view.tools)
+        keep = relevance.keep_count(total, td)
+        if not total or total <= td.min_tools or keep >= total:
+            record.fallback_reason = "no_tools" if not total else "below_min_tools"
+            return Prepared()
+        state = self.store.get(key)
+        sel = relevance.select(view, td, keep, sticky=state.kept, expanded=state.expanded, ranker=self.ranker)
+        self._remember(key, adapter, kept=[t.name for t in sel.kept], deferred=sel.deferred)
+        self._count(record, sel.kept, sel.deferred)
+        if len(sel.kept) == total:
+            return Prepared()
+        return Prepared(adapter.with_tools(text, [t.raw for t in sel.kept]).encode("utf-8"))
+
+    def _deferral(
+        self, adapter: Adapter, view: RequestView, text: str, body: bytes, key: str, record: Record
+    ) -> Prepared:
+        td = self.config.tool_discovery
+        phantom = td.search_tool_name
+        if phantom in view.names():
+            record.fallback_reason = "search_tool_name_taken"
+            logger.warning("client already sends a tool named {}: not deferring", phantom)
+            return Prepared()
+        state = self.store.get(key)
+        plan = deferral.plan(view, td, state.kept, state.expanded, self.ranker)
+        if plan.skipped:
+            record.fallback_reason = plan.skipped
+            return Prepared()
+        self._remember(key, adapter, kept=[t.name for t in plan.kept], deferred=plan.deferred)
+        catalog = _earlier(adapter, state, set(view.names())) | {t.name: t for t in plan.deferred}
+        backend = "api" if td.strategy == "api" else td.search.backend
+        phantom_raw = adapter.phantom_tool(
+            phantom, deferral.phantom_description(plan.deferred, backend, td.max_search_results)
+        )
+        raws = [t.raw for t in plan.kept] + [phantom_raw] + [t.raw for t in plan.expanded]
+        new = adapter.with_tools(text, raws)
+        self._count(record, plan.kept + plan.expanded, plan.deferred, extra=estimate_tokens(phantom_raw))
+        record.outcome = "pending"
+        forwarded = [t.name for t in plan.kept + plan.expanded] + [phantom]
+        ctx = FlowContext(adapter, key, new, body, phantom, catalog, forwarded, record)
+        return Prepared(new.encode("utf-8"), ctx)
+
+    def _count(self, record: Record, kept: tuple[Tool, ...], deferred: tuple[Tool, ...], extra: int = 0) -> None:
+        record.kept_tools = len(kept)
+        record.deferred_tools = len(deferred)
+        record.tool_tokens_after = sum(estimate_tokens(t.raw) for t in kept) + extra
+
+    def _remember(self, key: str, adapter: Adapter, kept: list[str], deferred: tuple[Tool, ...]) -> None:
+        def change(s: SessionState) -> None:
+            s.api = adapter.api
+            s.kept = kept
+            for t in deferred:
+                s.deferred[t.name] = t.raw
+            if len(s.deferred) > MAX_DEFERRED_PER_SESSION:
+                for name in list(s.deferred)[: len(s.deferred) - MAX_DEFERRED_PER_SESSION]:
+                    del s.deferred[name]
+
+        self.store.update(key, change)
+
+    # --- response phase --------------------------------------------------------------
+
+    async def complete(self, ctx: FlowContext, reply: Reply, send: Upstream) -> Reply | None:
+        """Run the phantom loop on the first upstream reply; None means: pass it on unchanged."""
+        record = ctx.record
+        upstream_s = 0.0
+        started = time.perf_counter()
+        try:
+            if reply.status != 200:
+                record.outcome = f"upstream_{reply.status}"
+                return None
+            message = self._decode(ctx.adapter, reply)
+            if message is None:
+                record.outcome = "undecodable"
+                return None
+            loop = PhantomLoop(
+                ctx.adapter, ctx.phantom, lambda call: self._search(ctx, call), ctx.forwarded,
+                self.config.tool_discovery.max_phantom_loops,
+            )
+            action: Send | Finish = loop.start(ctx.body, message)
+            final_reply: Reply | None = None
+            while isinstance(action, Send):
+                t0 = time.perf_counter()
+                try:
+                    answer = await send(action.body.encode("utf-8"))
+                finally:
+                    upstream_s += time.perf_counter() - t0
+                if answer.status != 200:
+                    final_reply = await self._upstream_failed(ctx, answer, send)
+                    action = loop.fail()
+                    break
+                decoded = self._decode(ctx.adapter, answer)
+                if decoded is None:
+                    action = loop.fail()
+                    break
+                action = loop.receive(decoded)
+            record.loops = loop.rounds
+            record.outcome = action.reason if final_reply is None else f"fallback_{final_reply.status}"
+            if loop.expanded:
+                self.store.update(ctx.session, lambda s: s.expand(loop.expanded))
+            if action.reason == "no_phantom":
+                return None
+            if final_reply is not None:
+                return final_reply
+            body = ctx.adapter.encode_stream(action.message) if reply.is_stream else _json(action.message)
+            return Reply(200, body, reply.content_type)
+        except Exception as e:  # fail open: the client gets the first answer as it came
+            record.outcome = f"error: {type(e).__name__}"
+            logger.opt(exception=e).warning("phantom loop failed; passing the upstream answer through")
+            return None
+        finally:
+            total = time.perf_counter() - started
+            record.upstream_ms = round(upstream_s * 1000, 3)
+            record.loop_added_ms = round((total - upstream_s) * 1000, 3)
+            self.telemetry.write(record)
+
+    async def _upstream_failed(self, ctx: FlowContext, answer: Reply, send: Upstream) -> Reply:
+        """A re-forward failed. A 4xx may be ours: retry the client's own request, untouched.
+        Anything else (5xx, 429) goes to the client as it is, so its retry logic applies."""
+        logger.warning("upstream answered {} to a phantom re-forward", answer.status)
+        if 400 <= answer.status < 500 and answer.status != 429:
+            retry = await send(ctx.original)
+            ctx.record.fallback_reason = f"reforward_{answer.status}_original_sent"
+            return retry
+        ctx.record.fallback_reason = f"reforward_{answer.status}"
+        return answer
+
+    def _decode(self, adapter: Adapter, reply: Reply) -> dict[str, Any] | None:
+        try:
+            if reply.is_stream:
+                decoder = adapter.decoder()
+                decoder.feed(reply.body)
+                return decoder.message()
+            data = json.loads(reply.body)
+            return data if isinstance(data, dict) else None
+        except Exception as e:
+            logger.warning("could not decode the upstream answer ({}): {}", adapter.api, e)
+            return None
+
+    def _search(self, ctx: FlowContext, call: ToolCall) -> Found:
+        td = self.config.tool_discovery
+        t0 = time.perf_counter()
+        catalog = list(ctx.catalog.values())
+        outcome = run_query(call.arguments, catalog, self.searcher, td.max_search_results, td.always_keep)
+        ctx.record.searches.append(
+            SearchRecord(
+                query=outcome.query,
+                matched=list(outcome.matched),
+                backend=outcome.backend,
+                fallback=outcome.fallback,
+                latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+                error=outcome.text if outcome.is_error else None,
+            )
+        )
+        tools = [ctx.catalog[n] for n in outcome.matched if n in ctx.catalog]
+        return Found(ToolResult(call, outcome.text, outcome.is_error), tools)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _earlier(adapter: Adapter, state: SessionState, current: set[str]) -> dict[str, Tool]:
+    """Tools deferred earlier in the session and absent now: searchable too (seed 000 §6)."""
+    if state.api != adapter.api:
+        return {}
+    out = {}
+    for name, raw in state.deferred.items():
+        if name in current:
+            continue
+        try:
+            out[name] = adapter.parse_tool(raw)
+        except Exception:
+            continue  # a stored definition we cannot read is skipped, not fatal
+    return out
+
+
+def _json(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

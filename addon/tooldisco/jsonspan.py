@@ -1,0 +1,139 @@
+"""Locate and splice JSON values inside the original body text.
+
+Why: a body we change must keep every byte we did not mean to change (unknown
+fields, key order, number formatting, escapes) and every kept tool definition
+must go out byte-identical, so the provider's prompt cache keeps hitting.
+The stdlib decoder's ``raw_decode`` gives the end offset of any value; these
+helpers walk objects and arrays with it instead of re-serializing the body.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+_DECODER = json.JSONDecoder()
+_WS = " \t\r\n"
+
+Path = Sequence[str | int]
+Span = tuple[int, int]
+
+
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _WS:
+        i += 1
+    return i
+
+
+def _value_end(text: str, i: int) -> int:
+    _, end = _DECODER.raw_decode(text, i)
+    return end
+
+
+def members(text: str, span: Span) -> list[tuple[str, Span]]:
+    """(key, value span) for each member of the object at ``span``, in order."""
+    i = _skip_ws(text, span[0])
+    if text[i] != "{":
+        raise ValueError("not an object")
+    out: list[tuple[str, Span]] = []
+    i = _skip_ws(text, i + 1)
+    if text[i] == "}":
+        return out
+    while True:
+        key, i = _DECODER.raw_decode(text, i)
+        i = _skip_ws(text, i)
+        if text[i] != ":":
+            raise ValueError("expected ':'")
+        start = _skip_ws(text, i + 1)
+        end = _value_end(text, start)
+        out.append((key, (start, end)))
+        i = _skip_ws(text, end)
+        if text[i] == "}":
+            return out
+        if text[i] != ",":
+            raise ValueError("expected ',' or '}'")
+        i = _skip_ws(text, i + 1)
+
+
+def elements(text: str, span: Span) -> list[Span]:
+    """The span of each element of the array at ``span``."""
+    i = _skip_ws(text, span[0])
+    if text[i] != "[":
+        raise ValueError("not an array")
+    out: list[Span] = []
+    i = _skip_ws(text, i + 1)
+    if text[i] == "]":
+        return out
+    while True:
+        end = _value_end(text, i)
+        out.append((i, end))
+        i = _skip_ws(text, end)
+        if text[i] == "]":
+            return out
+        if text[i] != ",":
+            raise ValueError("expected ',' or ']'")
+        i = _skip_ws(text, i + 1)
+
+
+def root(text: str) -> Span:
+    start = _skip_ws(text, 0)
+    return (start, _value_end(text, start))
+
+
+def find(text: str, path: Path, span: Span | None = None) -> Span | None:
+    """The span of the value at ``path`` (keys and indexes), or None if absent."""
+    cur = span or root(text)
+    for step in path:
+        if isinstance(step, int):
+            try:
+                items = elements(text, cur)
+            except ValueError:
+                return None
+            if not -len(items) <= step < len(items):
+                return None
+            cur = items[step]
+        else:
+            try:
+                found = [s for k, s in members(text, cur) if k == step]
+            except ValueError:
+                return None
+            if not found:
+                return None
+            cur = found[-1]  # JSON parsers keep the last duplicate key
+    return cur
+
+
+def replace(text: str, span: Span, new: str) -> str:
+    return text[: span[0]] + new + text[span[1] :]
+
+
+def array_text(items: Sequence[str]) -> str:
+    """Join raw element texts into an array, compactly: no new whitespace style to invent."""
+    return "[" + ",".join(items) + "]"
+
+
+def append_to_array(text: str, span: Span, items: Sequence[str]) -> str:
+    """Append raw element texts at the end of the array at ``span``."""
+    if not items:
+        return text
+    close = span[1] - 1
+    assert text[close] == "]"
+    has_items = bool(elements(text, span))
+    insert = ("," if has_items else "") + ",".join(items)
+    return text[:close] + insert + text[close:]
+
+
+def set_member(text: str, obj: Span, key: str, value: str) -> str:
+    """Set ``key`` of the object at ``obj`` to raw ``value``: replaced in place, or appended."""
+    found = [s for k, s in members(text, obj) if k == key]
+    if found:
+        return replace(text, found[-1], value)
+    close = obj[1] - 1
+    assert text[close] == "}"
+    sep = "," if members(text, obj) else ""
+    return text[:close] + sep + json.dumps(key) + ":" + value + text[close:]
+
+
+def dumps(value: object) -> str:
+    """Compact JSON for the values we create ourselves (phantom tool, results)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,105 @@
+"""The phantom search loop, sans-IO (seed 000 §5).
+
+Why sans-IO: the loop decides, the caller moves bytes. ``PhantomLoop`` is given each
+upstream message and answers with ``Send(body)`` (re-forward this) or ``Finish``
+(what the client sees). Each ``Send`` also carries the round's client-visible part,
+so a buffered consumer (today) and a live streaming one (later) drive the same loop.
+
+Rules it obeys:
+- a response with phantom calls only: answer them, inject the found tools, re-forward;
+- a mixed response (phantom + real calls) is never re-forwarded: the provider would
+  reject the real calls without results. The real calls go to the client with the
+  phantom part removed; the searches still run, so the found tools come next turn;
+- at most ``max_loops`` re-forwards, then the last answer goes out stripped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .providers.base import Adapter, Tool, ToolCall, ToolResult
+
+
+@dataclass(frozen=True)
+class Found:
+    """What one search produced: the result the model reads and the tools to load."""
+
+    result: ToolResult
+    tools: Sequence[Tool]
+
+
+Search = Callable[[ToolCall], Found]
+
+
+@dataclass(frozen=True)
+class Send:
+    body: str
+    visible: dict[str, Any]  # this round's client-visible part (phantom stripped)
+
+
+@dataclass(frozen=True)
+class Finish:
+    message: dict[str, Any]  # everything the client sees, rounds merged
+    reason: str  # "no_phantom" | "done" | "mixed" | "max_loops" | "error"
+
+
+@dataclass
+class PhantomLoop:
+    adapter: Adapter
+    phantom: str
+    search: Search
+    forwarded: Sequence[str]  # tool names already in the forwarded list
+    max_loops: int = 5
+    rounds: int = 0  # re-forwards made
+    visible: list[dict[str, Any]] = field(default_factory=list)
+    expanded: list[str] = field(default_factory=list)  # tools loaded, discovery order
+    _body: str = ""
+
+    def start(self, body: str, message: dict[str, Any]) -> Send | Finish:
+        """``body`` is the request as forwarded, ``message`` the first upstream answer."""
+        self._body = body
+        self._loaded = set(self.forwarded)
+        if not self._phantom_calls(message):
+            return Finish(message, "no_phantom")
+        return self.receive(message)
+
+    def receive(self, message: dict[str, Any]) -> Send | Finish:
+        calls = self.adapter.calls(message)
+        phantom = [c for c in calls if c.name == self.phantom]
+        visible = self.adapter.strip(message, [self.phantom])
+        self.visible.append(visible)
+        if not phantom:
+            return self._finish("done")
+        found = [self.search(c) for c in phantom]
+        added = self._load(found)
+        if len(phantom) < len(calls):
+            return self._finish("mixed")
+        if self.rounds >= self.max_loops:
+            return self._finish("max_loops")
+        self.rounds += 1
+        self._body = self.adapter.continue_after(
+            self._body, message, [f.result for f in found], [t.raw for t in added]
+        )
+        return Send(self._body, visible)
+
+    def fail(self) -> Finish:
+        """The upstream failed mid-loop: the client gets what it has seen so far."""
+        return self._finish("error")
+
+    def _phantom_calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        return [c for c in self.adapter.calls(message) if c.name == self.phantom]
+
+    def _load(self, found: Sequence[Found]) -> list[Tool]:
+        """New tools in discovery order, each once, never one already forwarded."""
+        added = []
+        for f in found:
+            for t in f.tools:
+                if t.name not in self._loaded:
+                    self._loaded.add(t.name)
+                    added.append(t)
+                    self.expanded.append(t.name)
+        return added
+
+    def _finish(self, reason: str) -> Finish:
+        return Finish(self.adapter.merge(self.visible), reason)

@@ -1,0 +1,197 @@
+"""Anthropic Messages (``POST /v1/messages``), also the body of Bedrock InvokeModel for Claude."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Sequence
+
+from .. import jsonspan
+from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
+from .common import (
+    append_array,
+    check_unique,
+    clean_text,
+    load_object,
+    params_of,
+    replace_array,
+    sum_usage,
+    tool_spans,
+)
+
+# Claude Code's own deferred-tool search tool: the client answers it, we must not hide it.
+CLIENT_SEARCH_TOOLS = frozenset({"ToolSearch"})
+
+
+def _text(content: Any) -> str:
+    """Real user text of a message: string content, or its text blocks (not tool results)."""
+    if isinstance(content, str):
+        return clean_text(content)
+    if not isinstance(content, list):
+        return ""
+    parts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    return clean_text("\n".join(p for p in parts if isinstance(p, str)))
+
+
+def _session_hint(data: dict[str, Any]) -> str | None:
+    """Claude Code puts ``{"session_id": …}`` as a JSON string in ``metadata.user_id``."""
+    user_id = (data.get("metadata") or {}).get("user_id") if isinstance(data.get("metadata"), dict) else None
+    if not isinstance(user_id, str):
+        return None
+    try:
+        parsed = json.loads(user_id)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("session_id"), str):
+        return parsed["session_id"]
+    marker = "_session_"  # older Claude Code: user_<hash>_account_<id>_session_<uuid>
+    return user_id.split(marker, 1)[1] if marker in user_id else None
+
+
+def _keep_breakpoint(original: list[str], raws: list[str]) -> list[str]:
+    """Clients put ``cache_control`` on their last tool; if we dropped that tool, the
+    breakpoint moves to our last one, so the tools prefix is still cached."""
+    kept = set(raws)
+    dropped = [json.loads(r) for r in original if r not in kept]
+    marks = [d["cache_control"] for d in dropped if isinstance(d, dict) and "cache_control" in d]
+    if not marks or not raws or any('"cache_control"' in r and "cache_control" in json.loads(r) for r in raws):
+        return raws
+    last = raws[-1]
+    raws[-1] = jsonspan.set_member(last, jsonspan.root(last), "cache_control", jsonspan.dumps(marks[-1]))
+    return raws
+
+
+def parse_tool(raw: str) -> Tool:
+    d = json.loads(raw)
+    if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+        raise Unsupported("a tool has no name")
+    name = d["name"]
+    pinned = None
+    if d.get("type") not in (None, "custom"):
+        pinned = "server"  # web_search, bash, text_editor, mcp_toolset…: not ours to hide
+    elif d.get("defer_loading") is True:
+        pinned = "client_deferred"
+    elif name in CLIENT_SEARCH_TOOLS:
+        pinned = "client_search"
+    desc = d.get("description")
+    return Tool(name, raw, desc if isinstance(desc, str) else "", params_of(d.get("input_schema")), pinned)
+
+
+class AnthropicAdapter:
+    api = "anthropic"
+
+    def parse_tool(self, raw: str) -> Tool:
+        return parse_tool(raw)
+
+    def parse(self, body: str) -> RequestView:
+        data = load_object(body)
+        messages = data.get("messages")
+        if not isinstance(messages, list):
+            raise Unsupported("no messages array")
+        tools = tuple(parse_tool(raw) for raw in tool_spans(body, ["tools"]))
+        check_unique(tools)
+        query, first, used, called = "", "", set(), set()
+        results: set[str] = set()
+        names_by_id: dict[str, str] = {}
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content")
+            if m.get("role") == "user":
+                text = _text(content)
+                if text:
+                    query = text
+                    first = first or text
+                for b in content if isinstance(content, list) else ():
+                    if isinstance(b, dict) and b.get("type") == "tool_result":
+                        results.add(str(b.get("tool_use_id")))
+            elif m.get("role") == "assistant" and isinstance(content, list):
+                for b in content:
+                    if isinstance(b, dict) and b.get("type") == "tool_use":
+                        names_by_id[str(b.get("id"))] = str(b.get("name"))
+                        called.add(str(b.get("id")))
+        used = {names_by_id[i] for i in results if i in names_by_id}
+        forced = set()
+        choice = data.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") == "tool" and isinstance(choice.get("name"), str):
+            forced.add(choice["name"])
+        return RequestView(
+            tools=tools,
+            query=query,
+            first_user=first,
+            used=frozenset(used),
+            forced=frozenset(forced),
+            stream=data.get("stream") is True,
+            session_hint=_session_hint(data),
+            called_ids=frozenset(called),
+        )
+
+    def with_tools(self, body: str, raws: Sequence[str]) -> str:
+        return replace_array(body, ["tools"], _keep_breakpoint(tool_spans(body, ["tools"]), list(raws)))
+
+    def phantom_tool(self, name: str, description: str) -> str:
+        return jsonspan.dumps(
+            {
+                "name": name,
+                "description": description,
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string", "description": "What to search for."}},
+                    "required": ["query"],
+                },
+            }
+        )
+
+    def calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        return [
+            ToolCall(str(b.get("id")), str(b.get("name")), b.get("input"))
+            for b in message.get("content") or []
+            if isinstance(b, dict) and b.get("type") == "tool_use"
+        ]
+
+    def continue_after(
+        self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
+    ) -> str:
+        # The assistant turn goes back exactly as the model produced it (signed thinking blocks
+        # must stay unchanged); every tool_use needs its tool_result in the very next user
+        # message, tool_result blocks first.
+        assistant = {"role": "assistant", "content": message.get("content") or []}
+        blocks = []
+        for r in results:
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.call.id, "content": r.content}
+            if r.is_error:
+                block["is_error"] = True
+            blocks.append(block)
+        user = {"role": "user", "content": blocks}
+        body = append_array(body, ["messages"], [jsonspan.dumps(assistant), jsonspan.dumps(user)])
+        return append_array(body, ["tools"], add_raws) if add_raws else body
+
+    def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+        hidden = set(names)
+        out = dict(message)
+        out["content"] = [
+            b
+            for b in message.get("content") or []
+            if not (isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in hidden)
+        ]
+        if out.get("stop_reason") == "tool_use" and not self.calls(out):
+            out["stop_reason"] = "end_turn"
+        return out
+
+    def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        out = dict(rounds[-1])
+        out["id"] = rounds[0].get("id", out.get("id"))
+        out["content"] = [b for r in rounds for b in r.get("content") or []]
+        usage = sum_usage(r.get("usage") for r in rounds)
+        if usage is not None:
+            out["usage"] = usage
+        return out
+
+    def decoder(self) -> StreamDecoder:
+        from ..streams.anthropic import AnthropicStreamDecoder
+
+        return AnthropicStreamDecoder()
+
+    def encode_stream(self, message: dict[str, Any]) -> bytes:
+        from ..streams.anthropic import encode
+
+        return encode(message)

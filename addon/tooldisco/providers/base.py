@@ -1,0 +1,148 @@
+"""Neutral types every provider adapter speaks, and the adapter interface.
+
+Why: the strategies, the search and the phantom loop must not know which wire
+API they are working on. Each adapter turns its API's body into these types and
+applies decisions back onto the original body text (see ``jsonspan``), so that
+whatever the adapter does not understand passes through byte-for-byte.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, Sequence
+
+
+class Unsupported(Exception):
+    """The body has a shape we do not handle: the request must pass through unchanged."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One client tool. ``raw`` is its definition text, re-emitted byte-for-byte."""
+
+    name: str
+    raw: str
+    description: str = ""
+    params: tuple[tuple[str, str], ...] = ()
+    # Why it may never be deferred (server tool, client-deferred, client search tool), or None.
+    pinned: str | None = None
+
+    @property
+    def definition(self) -> Any:
+        return json.loads(self.raw)
+
+    @property
+    def search_text(self) -> str:
+        """Name, description, parameter names and descriptions: what search reads."""
+        parts = [self.name, self.description]
+        for pname, pdesc in self.params:
+            parts.append(pname)
+            if pdesc:
+                parts.append(pdesc)
+        return "\n".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """What the engine needs to know about a request, independent of the wire API."""
+
+    tools: tuple[Tool, ...]
+    query: str = ""  # last user message with real text
+    first_user: str = ""  # first user message text: the fallback session key
+    used: frozenset[str] = frozenset()  # tools whose results appear in the history
+    forced: frozenset[str] = frozenset()  # tools named by tool_choice / allowed names
+    stream: bool = False
+    session_hint: str | None = None  # a session id the client put in the body
+    called_ids: frozenset[str] = frozenset()  # ids of tool calls in the history
+
+    def names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model made. ``arguments`` is the parsed object, or the raw text if unparsable."""
+
+    id: str
+    name: str
+    arguments: Any
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call: ToolCall
+    content: str
+    is_error: bool = False
+
+
+@dataclass
+class Usage:
+    """Token counts summed over rounds; provider keys kept as they are."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, other: dict[str, Any] | None) -> None:
+        for key, value in (other or {}).items():
+            if isinstance(value, bool):
+                continue
+            if isinstance(value, int):
+                self.counts[key] = self.counts.get(key, 0) + value
+
+
+class StreamDecoder(Protocol):
+    """Sans-IO: feed raw response bytes in any chunking; ``message()`` once finished."""
+
+    def feed(self, data: bytes) -> list[Any]: ...
+
+    def message(self) -> dict[str, Any]: ...
+
+
+class Adapter(Protocol):
+    """One wire API. Bodies are ``str`` (decoded UTF-8 JSON); messages are the API's own
+    non-streaming response object as a dict (streams are assembled into one first)."""
+
+    api: str
+
+    def parse(self, body: str) -> RequestView:
+        """Raise ``Unsupported`` for any shape we must not touch."""
+        ...
+
+    def parse_tool(self, raw: str) -> Tool:
+        """One tool definition text into a ``Tool`` (raise ``Unsupported`` if unreadable)."""
+        ...
+
+    def with_tools(self, body: str, raws: Sequence[str]) -> str:
+        """Replace the tool list with ``raws`` (definition texts), keep every other byte."""
+        ...
+
+    def phantom_tool(self, name: str, description: str) -> str:
+        """The search tool in this API's shape, as definition text."""
+        ...
+
+    def calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        ...
+
+    def continue_after(
+        self,
+        body: str,
+        message: dict[str, Any],
+        results: Sequence[ToolResult],
+        add_raws: Sequence[str],
+    ) -> str:
+        """Append the assistant turn and the results in the API's exact shape; append tools."""
+        ...
+
+    def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+        """Remove calls to ``names``; fix indexes and the stop reason."""
+        ...
+
+    def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Client-visible rounds (already stripped) into one message, usage summed."""
+        ...
+
+    def decoder(self) -> StreamDecoder:
+        ...
+
+    def encode_stream(self, message: dict[str, Any]) -> bytes:
+        ...

@@ -1,0 +1,112 @@
+"""Helpers the adapters share: text extraction, schema reading, usage sums."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable, Sequence
+
+from .. import jsonspan
+from .base import Tool, Unsupported
+
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
+
+
+def clean_text(text: str) -> str:
+    """User text minus injected ``<system-reminder>`` blocks (agents add them to user turns)."""
+    return _REMINDER.sub(" ", text).strip()
+
+
+def params_of(schema: Any) -> tuple[tuple[str, str], ...]:
+    """Top-level parameter names and descriptions of a JSON schema."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(props, dict):
+        return ()
+    out = []
+    for name, spec in props.items():
+        desc = spec.get("description") if isinstance(spec, dict) else None
+        out.append((str(name), desc if isinstance(desc, str) else ""))
+    return tuple(out)
+
+
+def load_object(body: str) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except ValueError as e:
+        raise Unsupported(f"body is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise Unsupported("body is not a JSON object")
+    return data
+
+
+def tool_spans(body: str, path: Sequence[str | int]) -> list[str]:
+    """Raw texts of the array elements at ``path`` (empty when absent)."""
+    span = jsonspan.find(body, path)
+    if span is None:
+        return []
+    try:
+        return [body[a:b] for a, b in jsonspan.elements(body, span)]
+    except ValueError:
+        raise Unsupported(f"{'.'.join(map(str, path))} is not an array") from None
+
+
+def check_unique(tools: Iterable[Tool]) -> None:
+    seen: set[str] = set()
+    for t in tools:
+        if not t.name:
+            raise Unsupported("a tool has no name")
+        if t.name in seen:
+            raise Unsupported(f"duplicate tool name {t.name!r}")
+        seen.add(t.name)
+
+
+def replace_array(body: str, path: Sequence[str], raws: Sequence[str]) -> str:
+    """Set the array at ``path`` (every parent must exist but the last key may be absent)."""
+    span = jsonspan.find(body, path)
+    if span is not None:
+        return jsonspan.replace(body, span, jsonspan.array_text(raws))
+    parent = jsonspan.find(body, path[:-1])
+    if parent is None:
+        raise Unsupported(f"no {'.'.join(path[:-1])} to put tools in")
+    return jsonspan.set_member(body, parent, path[-1], jsonspan.array_text(raws))
+
+
+def append_array(body: str, path: Sequence[str], raws: Sequence[str]) -> str:
+    span = jsonspan.find(body, path)
+    if span is None:
+        return replace_array(body, path, raws)
+    return jsonspan.append_to_array(body, span, raws)
+
+
+def sum_usage(usages: Iterable[Any]) -> Any:
+    """Add integer counts key by key (nested too); other values: the last one wins."""
+    total: Any = None
+    for u in usages:
+        if u is None:
+            continue
+        if total is None:
+            total = json.loads(json.dumps(u))
+            continue
+        total = _add(total, u)
+    return total
+
+
+def _add(a: Any, b: Any) -> Any:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = _add(a[k], v) if k in a else v
+        return out
+    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool) and not isinstance(b, bool):
+        return a + b
+    return b if b is not None else a
+
+
+def parse_arguments(text: Any) -> Any:
+    """Tool call arguments arrive as JSON text in some APIs; keep the text if it is not JSON."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text) if text.strip() else {}
+    except ValueError:
+        return text

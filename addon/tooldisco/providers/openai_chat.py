@@ -1,0 +1,211 @@
+"""OpenAI Chat Completions (``POST /v1/chat/completions``) and compatible servers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Sequence
+
+from .. import jsonspan
+from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
+from .common import (
+    append_array,
+    check_unique,
+    clean_text,
+    load_object,
+    params_of,
+    parse_arguments,
+    replace_array,
+    sum_usage,
+    tool_spans,
+)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return clean_text(content)
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        return clean_text("\n".join(p for p in parts if isinstance(p, str)))
+    return ""
+
+
+def parse_tool(raw: str) -> Tool:
+    d = json.loads(raw)
+    if not isinstance(d, dict):
+        raise Unsupported("a tool is not an object")
+    if d.get("type") != "function":
+        # custom / built-in tool types: pass through, never deferred.
+        kind = str(d.get("type"))
+        inner = d.get(kind)
+        name = d.get("name") or (inner.get("name") if isinstance(inner, dict) else None)
+        return Tool(str(name or f"<{kind}>"), raw, pinned="builtin")
+    fn = d.get("function")
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise Unsupported("a function tool has no name")
+    desc = fn.get("description")
+    return Tool(fn["name"], raw, desc if isinstance(desc, str) else "", params_of(fn.get("parameters")))
+
+
+def forced_names(choice: Any) -> set[str]:
+    """Tools named by tool_choice (single function or an allowed_tools list)."""
+    if not isinstance(choice, dict):
+        return set()
+    if choice.get("type") == "function":
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
+        return {name} if isinstance(name, str) else set()
+    if choice.get("type") == "allowed_tools":
+        spec = choice.get("allowed_tools", choice)
+        tools = spec.get("tools") if isinstance(spec, dict) else None
+        out = set()
+        for t in tools or []:
+            fn = t.get("function") if isinstance(t, dict) else None
+            name = fn.get("name") if isinstance(fn, dict) else (t.get("name") if isinstance(t, dict) else None)
+            if isinstance(name, str):
+                out.add(name)
+        return out
+    return set()
+
+
+class OpenAIChatAdapter:
+    api = "openai_chat"
+
+    def parse_tool(self, raw: str) -> Tool:
+        return parse_tool(raw)
+
+    def parse(self, body: str) -> RequestView:
+        data = load_object(body)
+        messages = data.get("messages")
+        if not isinstance(messages, list):
+            raise Unsupported("no messages array")
+        tools = tuple(parse_tool(raw) for raw in tool_spans(body, ["tools"]))
+        check_unique(tools)
+        query, first = "", ""
+        names_by_id: dict[str, str] = {}
+        answered: set[str] = set()
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            role = m.get("role")
+            if role == "user":
+                text = _text(m.get("content"))
+                if text:
+                    query = text
+                    first = first or text
+            elif role == "assistant":
+                for tc in m.get("tool_calls") or []:
+                    fn = tc.get("function") if isinstance(tc, dict) else None
+                    if isinstance(fn, dict):
+                        names_by_id[str(tc.get("id"))] = str(fn.get("name"))
+            elif role == "tool":
+                answered.add(str(m.get("tool_call_id")))
+        hint = data.get("prompt_cache_key")
+        return RequestView(
+            tools=tools,
+            query=query,
+            first_user=first,
+            used=frozenset(names_by_id[i] for i in answered if i in names_by_id),
+            forced=frozenset(forced_names(data.get("tool_choice"))),
+            stream=data.get("stream") is True,
+            session_hint=hint if isinstance(hint, str) and hint else None,
+            called_ids=frozenset(names_by_id),
+        )
+
+    def with_tools(self, body: str, raws: Sequence[str]) -> str:
+        return replace_array(body, ["tools"], raws)
+
+    def phantom_tool(self, name: str, description: str) -> str:
+        return jsonspan.dumps(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": description,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"query": {"type": "string", "description": "What to search for."}},
+                        "required": ["query"],
+                    },
+                },
+            }
+        )
+
+    def calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        choices = message.get("choices") or []
+        msg = choices[0].get("message") or {} if choices and isinstance(choices[0], dict) else {}
+        out = []
+        for tc in msg.get("tool_calls") or []:
+            fn = tc.get("function") or {}
+            out.append(ToolCall(str(tc.get("id")), str(fn.get("name")), parse_arguments(fn.get("arguments"))))
+        return out
+
+    def continue_after(
+        self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
+    ) -> str:
+        msg = message["choices"][0]["message"]
+        # Only fields the API accepts on an input assistant message.
+        assistant: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
+        if msg.get("refusal"):
+            assistant["refusal"] = msg["refusal"]
+        assistant["tool_calls"] = [
+            {"id": tc["id"], "type": "function", "function": {"name": tc["function"]["name"],
+                                                               "arguments": tc["function"].get("arguments", "")}}
+            for tc in msg.get("tool_calls") or []
+        ]
+        # Every tool_call id needs a role:"tool" message before the next turn.
+        tool_msgs = [
+            jsonspan.dumps({"role": "tool", "tool_call_id": r.call.id, "content": r.content}) for r in results
+        ]
+        body = append_array(body, ["messages"], [jsonspan.dumps(assistant), *tool_msgs])
+        return append_array(body, ["tools"], add_raws) if add_raws else body
+
+    def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+        hidden = set(names)
+        out = dict(message)
+        choices = []
+        for choice in message.get("choices") or []:
+            choice = dict(choice)
+            msg = dict(choice.get("message") or {})
+            kept = [tc for tc in msg.get("tool_calls") or [] if (tc.get("function") or {}).get("name") not in hidden]
+            if msg.get("tool_calls") is not None:
+                if kept:
+                    msg["tool_calls"] = kept
+                else:
+                    msg.pop("tool_calls")
+                    if choice.get("finish_reason") == "tool_calls":
+                        choice["finish_reason"] = "stop"
+            choice["message"] = msg
+            choices.append(choice)
+        out["choices"] = choices
+        return out
+
+    def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        out = dict(rounds[-1])
+        out["id"] = rounds[0].get("id", out.get("id"))
+        last = dict(out["choices"][0])
+        msg = dict(last.get("message") or {})
+        texts = [
+            r["choices"][0]["message"].get("content")
+            for r in rounds
+            if r.get("choices") and r["choices"][0].get("message", {}).get("content")
+        ]
+        msg["content"] = "\n\n".join(texts) if texts else msg.get("content")
+        calls = [tc for r in rounds if r.get("choices") for tc in r["choices"][0]["message"].get("tool_calls") or []]
+        if calls:
+            msg["tool_calls"] = calls
+        last["message"] = msg
+        out["choices"] = [last, *out["choices"][1:]]
+        usage = sum_usage(r.get("usage") for r in rounds)
+        if usage is not None:
+            out["usage"] = usage
+        return out
+
+    def decoder(self) -> StreamDecoder:
+        from ..streams.openai_chat import ChatStreamDecoder
+
+        return ChatStreamDecoder()
+
+    def encode_stream(self, message: dict[str, Any]) -> bytes:
+        from ..streams.openai_chat import encode
+
+        return encode(message, include_usage=message.get("usage") is not None)

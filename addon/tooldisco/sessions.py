@@ -1,0 +1,100 @@
+"""Per-session discovery state, in diskcache so it survives a proxy restart.
+
+Why keyed by tenant: two users who both open with "hi" must never see each other's
+tools. The tenant is a hash of the credential (never the credential itself); the
+session is the client's own session id when it sends one, else the first user message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+import diskcache
+
+# Headers that identify the caller. SigV4 signs every request anew, so only its access key id counts.
+CREDENTIAL_HEADERS = ("x-api-key", "authorization", "x-goog-api-key", "api-key", "proxy-authorization")
+_SIGV4_KEY = re.compile(r"Credential=([^/,\s]+)")
+
+
+@dataclass
+class SessionState:
+    """What a session remembers between requests."""
+
+    kept: list[str] = field(default_factory=list)  # names forwarded upfront, sticky across turns
+    expanded: list[str] = field(default_factory=list)  # found by search, in discovery order
+    deferred: dict[str, str] = field(default_factory=dict)  # name -> raw definition
+    api: str = ""
+
+    def expand(self, names: list[str]) -> None:
+        for n in names:
+            if n not in self.expanded:
+                self.expanded.append(n)
+
+
+def tenant_of(headers: Mapping[str, str]) -> str:
+    """A hash standing for the caller's credential; the value itself is never stored."""
+    h = hashlib.sha256()
+    for name in CREDENTIAL_HEADERS:
+        value = headers.get(name)
+        if not value:
+            continue
+        if name == "authorization" and value.startswith("AWS4-HMAC-SHA256"):
+            m = _SIGV4_KEY.search(value)
+            value = m.group(1) if m else value
+        h.update(name.encode() + b"\0" + value.encode("utf-8", "replace") + b"\0")
+    return h.hexdigest()[:32]
+
+
+def session_key(tenant: str, client_session: str | None, first_user: str) -> str:
+    basis = f"id:{client_session}" if client_session else f"first:{first_user}"
+    return hashlib.sha256(f"{tenant}\0{basis}".encode("utf-8", "replace")).hexdigest()[:32]
+
+
+class SessionStore:
+    """diskcache-backed store with a sliding TTL and periodic cleanup of expired entries."""
+
+    def __init__(self, directory: Path, ttl: float = 3600.0, cleanup_interval: float = 300.0):
+        directory.mkdir(parents=True, exist_ok=True)
+        self._cache = diskcache.Cache(str(directory))
+        self._ttl = ttl
+        self._cleanup_interval = cleanup_interval
+        self._last_cleanup = 0.0
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> SessionState:
+        self._maybe_cleanup()
+        data = self._cache.get(key)
+        return SessionState(**data) if isinstance(data, dict) else SessionState()
+
+    def put(self, key: str, state: SessionState) -> None:
+        self._cache.set(key, asdict(state), expire=self._ttl)
+
+    def update(self, key: str, change: Callable[[SessionState], None]) -> SessionState:
+        """Read, change and write one session atomically (flows of one session may overlap)."""
+        with self._cache.transact():
+            state = self.get(key)
+            change(state)
+            self.put(key, state)
+        return state
+
+    def _maybe_cleanup(self) -> None:
+        now = time.monotonic()
+        if now - self._last_cleanup < self._cleanup_interval:
+            return
+        with self._lock:
+            if now - self._last_cleanup < self._cleanup_interval:
+                return
+            self._last_cleanup = now
+        self._cache.expire()
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def close(self) -> None:
+        self._cache.close()

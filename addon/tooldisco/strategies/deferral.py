@@ -1,0 +1,87 @@
+"""Deferral for tool-search and api (seed 000 §4.3-4.4, seed 001).
+
+Forwarded list: kept tools in the client's order, then the phantom search tool, then
+tools found earlier in the session in discovery order. Appending found tools keeps the
+prefix before them byte-stable, so a discovery costs the cache only what comes after.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..config import ToolDiscovery
+from ..providers.base import RequestView, Tool
+from ..telemetry import estimate_tokens
+from .relevance import Ranker, must_keep, select
+
+_QUERY_HELP = {
+    "regex": "a case-insensitive regular expression over tool names, descriptions and parameters "
+    "(e.g. 'github.*issue', 'weather|forecast'); plain words work too and typos are tolerated",
+    "fuzzy": "keywords (typos are tolerated)",
+    "bm25": "keywords describing the task (e.g. 'create github issue')",
+    "hybrid": "a short description of the task or keywords (e.g. 'create github issue')",
+    "api": "a short description of the task or keywords (e.g. 'create github issue')",
+}
+
+
+@dataclass(frozen=True)
+class DeferralPlan:
+    kept: tuple[Tool, ...]  # forwarded before the search tool, client order
+    deferred: tuple[Tool, ...]  # searchable, not forwarded
+    expanded: tuple[Tool, ...]  # found earlier in the session, forwarded after the search tool
+    skipped: str | None = None  # why nothing was deferred
+
+
+def groups(tools: Sequence[Tool], most: int = 12) -> str:
+    """MCP server prefixes with counts (``mcp__github__ (23)``), like seed 004's categories."""
+    counts: Counter[str] = Counter()
+    for t in tools:
+        parts = t.name.split("__")
+        counts[f"{parts[0]}__{parts[1]}__" if len(parts) >= 3 and parts[1] else "other"] += 1
+    named = [(k, n) for k, n in counts.most_common() if k != "other"][:most]
+    rest = sum(counts.values()) - sum(n for _, n in named)
+    parts = [f"{k} ({n})" for k, n in named] + ([f"other ({rest})"] if rest else [])
+    return ", ".join(parts)
+
+
+def phantom_description(deferred: Sequence[Tool], backend: str, limit: int) -> str:
+    return (
+        f"Search {len(deferred)} more tools that are available but not loaded yet: {groups(deferred)}. "
+        f"Call this whenever you need a capability none of your loaded tools has. The best matches "
+        f"(up to {limit}) are loaded for you and can be called directly right after. "
+        f"query: {_QUERY_HELP.get(backend, _QUERY_HELP['bm25'])}. "
+        "'select:name1,name2' loads tools by exact name; '*' lists every deferred tool name."
+    )
+
+
+def plan(
+    view: RequestView,
+    cfg: ToolDiscovery,
+    sticky: Sequence[str],
+    expanded: Sequence[str],
+    ranker: Ranker | None,
+) -> DeferralPlan:
+    by_name = {t.name: t for t in view.tools}
+    found = tuple(by_name[n] for n in expanded if n in by_name and not must_keep(by_name[n], view, cfg))
+    found_names = {t.name for t in found}
+    rest = [t for t in view.tools if t.name not in found_names]
+    deferrable = [t for t in rest if not must_keep(t, view, cfg)]
+    d = cfg.defer
+    tokens = sum(estimate_tokens(t.raw) for t in deferrable)
+    if len(deferrable) < d.min_tools and tokens < d.min_tokens:
+        return DeferralPlan(tuple(view.tools), (), (), skipped="below_threshold")
+    if not deferrable:
+        return DeferralPlan(tuple(view.tools), (), (), skipped="nothing_to_defer")
+    upfront_view = RequestView(
+        tools=tuple(rest), query=view.query, used=view.used, forced=view.forced
+    )
+    pinned = sum(1 for t in rest if must_keep(t, view, cfg))
+    sel = select(upfront_view, cfg, pinned + d.upfront, sticky=sticky, ranker=ranker) if d.upfront else None
+    kept_names = {t.name for t in sel.kept} if sel else {t.name for t in rest if must_keep(t, view, cfg)}
+    kept = tuple(t for t in rest if t.name in kept_names)
+    deferred = tuple(t for t in rest if t.name not in kept_names)
+    if not deferred:
+        return DeferralPlan(tuple(view.tools), (), (), skipped="nothing_to_defer")
+    return DeferralPlan(kept, deferred, found)

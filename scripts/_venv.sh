@@ -1,0 +1,50 @@
+# Sourced by scripts/run and scripts/test: find Python >= 3.12, make .venv, install.
+# Usage: ensure_venv EXTRAS   (e.g. "" or "dev,semantic")
+
+find_python() {
+    local c v
+    for c in "${PYTHON:-}" python3.13 python3.12 python3 python; do
+        [ -n "$c" ] || continue
+        command -v "$c" >/dev/null 2>&1 || continue
+        if "$c" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+            command -v "$c"; return 0
+        fi
+    done
+    # pyenv installs that are not the selected version (their shims refuse to run).
+    for root in "${PYENV_ROOT:-}" "$HOME/.pyenv" /root/.pyenv /usr/local/pyenv; do
+        [ -n "$root" ] && [ -d "$root/versions" ] || continue
+        for v in $(ls -1 "$root/versions" 2>/dev/null | grep -E '^3\.(1[2-9]|[2-9][0-9])' | sort -rV); do
+            c="$root/versions/$v/bin/python3"
+            if [ -x "$c" ] && "$c" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+                echo "$c"; return 0
+            fi
+        done
+    done
+    return 1
+}
+
+ensure_venv() {
+    local extras="$1" py stamp want
+    if [ ! -x .venv/bin/python ]; then
+        if ! py=$(find_python); then
+            cat >&2 <<'MSG'
+error: Python 3.12 or newer is required (mitmproxy 12 needs it) and none was found.
+  Install one, then run this again:
+    - Debian/Ubuntu:  apt-get install python3.12 python3.12-venv   (or a newer one)
+    - pyenv:          pyenv install 3.12
+    - or point to it: PYTHON=/path/to/python3.12 scripts/run
+MSG
+            exit 1
+        fi
+        echo "creating .venv with $py" >&2
+        "$py" -m venv .venv
+    fi
+    want="$(cat pyproject.toml | sha256sum | cut -c1-16) [$extras]"
+    stamp=.venv/.tooldisco-installed
+    if ! grep -qxF "$want" "$stamp" 2>/dev/null; then
+        echo "installing dependencies into .venv ($extras)" >&2
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extras:+[$extras]}" >&2
+        echo "$want" > "$stamp"
+    fi
+}

@@ -1,0 +1,48 @@
+import json
+
+import pytest
+
+from tooldisco import jsonspan
+
+
+BODY = '{ "model" : "m",\n "tools": [ {"name":"a","x":1.50} , {"name":"b"} ],"messages":[],"k":"\\u00e9"}'
+
+
+def test_find_and_elements_keep_exact_text():
+    span = jsonspan.find(BODY, ["tools"])
+    items = [BODY[a:b] for a, b in jsonspan.elements(BODY, span)]
+    assert items == ['{"name":"a","x":1.50}', '{"name":"b"}']
+    assert jsonspan.find(BODY, ["tools", 1, "name"]) is not None
+    assert jsonspan.find(BODY, ["nope"]) is None
+    assert jsonspan.find(BODY, ["tools", 5]) is None
+
+
+def test_replace_keeps_every_other_byte():
+    span = jsonspan.find(BODY, ["tools"])
+    out = jsonspan.replace(BODY, span, jsonspan.array_text(['{"name":"b"}']))
+    assert out == BODY.replace('[ {"name":"a","x":1.50} , {"name":"b"} ]', '[{"name":"b"}]')
+    assert json.loads(out)["tools"] == [{"name": "b"}]
+
+
+def test_append_and_set_member():
+    span = jsonspan.find(BODY, ["messages"])
+    out = jsonspan.append_to_array(BODY, span, ['{"role":"user"}', "1"])
+    assert json.loads(out)["messages"] == [{"role": "user"}, 1]
+    out2 = jsonspan.append_to_array(out, jsonspan.find(out, ["messages"]), ["2"])
+    assert json.loads(out2)["messages"] == [{"role": "user"}, 1, 2]
+    out3 = jsonspan.set_member(BODY, jsonspan.root(BODY), "new", "[1]")
+    assert json.loads(out3)["new"] == [1] and out3.startswith(BODY[:-1])
+    out4 = jsonspan.set_member(BODY, jsonspan.root(BODY), "model", '"z"')
+    assert json.loads(out4)["model"] == "z"
+
+
+def test_duplicate_keys_follow_json_semantics():
+    text = '{"tools":[1],"tools":[2]}'
+    a, b = jsonspan.find(text, ["tools"])
+    assert text[a:b] == "[2]"
+
+
+@pytest.mark.parametrize("bad", ['{"a":1', '{"a" 1}', "[1,,2]"])
+def test_malformed_raises(bad):
+    with pytest.raises(ValueError):
+        jsonspan.find(bad, ["a", 0]) if bad.startswith("{") else jsonspan.elements(bad, (0, len(bad)))

@@ -1,0 +1,89 @@
+"""The phantom loop without a socket: messages in, actions out."""
+
+import json
+
+from tooldisco.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.providers.anthropic import AnthropicAdapter
+from tooldisco.providers.base import Tool, ToolResult
+
+A = AnthropicAdapter()
+P = "gateway_search_tools"
+WEATHER = Tool("get_weather", '{"name":"get_weather","input_schema":{"type":"object"}}')
+BODY = json.dumps({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "weather?"}],
+                   "tools": [{"name": P, "input_schema": {}}]})
+
+
+def msg(*blocks, stop="tool_use", i=1, out=5):
+    return {"id": f"msg_{i}", "type": "message", "role": "assistant", "content": list(blocks), "stop_reason": stop,
+            "usage": {"input_tokens": 100, "output_tokens": out}}
+
+
+def search_call(id="s1", q="weather"):
+    return {"type": "tool_use", "id": id, "name": P, "input": {"query": q}}
+
+
+def real_call(id="r1", name="get_weather"):
+    return {"type": "tool_use", "id": id, "name": name, "input": {"city": "Paris"}}
+
+
+def finder(call):
+    return Found(ToolResult(call, "found get_weather"), [WEATHER])
+
+
+def new_loop(**kw):
+    return PhantomLoop(A, P, kw.pop("search", finder), [P], **kw)
+
+
+def test_no_phantom_call_finishes_untouched():
+    m = msg({"type": "text", "text": "hi"}, stop="end_turn")
+    assert new_loop().start(BODY, m) == Finish(m, "no_phantom")
+
+
+def test_search_then_real_call():
+    loop = new_loop()
+    act = loop.start(BODY, msg({"type": "text", "text": "let me search"}, search_call()))
+    assert isinstance(act, Send)
+    sent = json.loads(act.body)
+    assert [t["name"] for t in sent["tools"]] == [P, "get_weather"]
+    assert sent["messages"][-1]["content"][0] == {"type": "tool_result", "tool_use_id": "s1", "content": "found get_weather"}
+    assert act.visible["content"] == [{"type": "text", "text": "let me search"}]
+    done = loop.receive(msg(real_call(), i=2, out=7))
+    assert isinstance(done, Finish) and done.reason == "done"
+    assert [b.get("name") for b in done.message["content"]] == [None, "get_weather"]
+    assert done.message["usage"] == {"input_tokens": 200, "output_tokens": 12} and done.message["id"] == "msg_1"
+    assert P not in json.dumps(done.message)
+    assert loop.expanded == ["get_weather"] and loop.rounds == 1
+
+
+def test_mixed_turn_is_not_reforwarded():
+    loop = new_loop()
+    act = loop.start(BODY, msg(search_call(), real_call(name="read_file")))
+    assert isinstance(act, Finish) and act.reason == "mixed"
+    assert [b["name"] for b in act.message["content"]] == ["read_file"] and act.message["stop_reason"] == "tool_use"
+    assert loop.expanded == ["get_weather"]  # the client's next request carries it
+
+
+def test_max_loops_then_stripped():
+    loop = new_loop(max_loops=2)
+    act = loop.start(BODY, msg(search_call("a")))
+    act = loop.receive(msg(search_call("b"), i=2))
+    assert isinstance(act, Send)
+    act = loop.receive(msg({"type": "text", "text": "still looking"}, search_call("c"), i=3))
+    assert isinstance(act, Finish) and act.reason == "max_loops" and loop.rounds == 2
+    assert act.message["stop_reason"] == "end_turn" and P not in json.dumps(act.message)
+
+
+def test_already_forwarded_tools_are_not_injected_twice():
+    loop = new_loop()
+    loop.start(BODY, msg(search_call("a")))
+    act = loop.receive(msg(search_call("b"), i=2))
+    tools = [t["name"] for t in json.loads(act.body)["tools"]]
+    assert tools == [P, "get_weather"]
+
+
+def test_failure_returns_what_was_seen():
+    loop = new_loop()
+    loop.start(BODY, msg({"type": "text", "text": "searching"}, search_call()))
+    fin = loop.fail()
+    assert fin.reason == "error" and fin.message["content"] == [{"type": "text", "text": "searching"}]
+    assert fin.message["stop_reason"] == "end_turn"
