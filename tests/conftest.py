@@ -1,5 +1,8 @@
 import sys
 from pathlib import Path
 
-# The engine package lives under addon/; tests import it the way the addon does.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "addon"))
+ROOT = Path(__file__).resolve().parent.parent
+# The engine package lives under addon/ (imported as the addon does); helpers as tests.*.
+for path in (ROOT / "addon", ROOT):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))

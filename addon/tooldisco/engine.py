@@ -256,6 +256,10 @@ class Engine:
             if reply.is_stream:
                 decoder = adapter.decoder()
                 decoder.feed(reply.body)
+                decoder.feed(b"")
+                if not decoder.done:
+                    logger.warning("the upstream stream ended early ({}); passing it through", adapter.api)
+                    return None
                 return decoder.message()
             data = json.loads(reply.body)
             return data if isinstance(data, dict) else None

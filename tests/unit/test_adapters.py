@@ -7,7 +7,7 @@ from tooldisco.providers.base import ToolCall, ToolResult, Unsupported
 from tooldisco.providers.detect import detect
 from tooldisco.providers.openai_chat import OpenAIChatAdapter
 
-from support.catalog import anthropic_tools, openai_tools
+from tests.support.catalog import anthropic_tools, openai_tools
 
 A, C = AnthropicAdapter(), OpenAIChatAdapter()
 

@@ -5,7 +5,7 @@ from tooldisco.providers.base import RequestView, Tool
 from tooldisco.strategies import deferral
 from tooldisco.strategies.relevance import keep_count, scores, select, tokens
 
-from support.catalog import tool_specs
+from tests.support.catalog import tool_specs
 
 
 def cfg(**kw):

@@ -91,11 +91,16 @@ class Usage:
 
 
 class StreamDecoder(Protocol):
-    """Sans-IO: feed raw response bytes in any chunking; ``message()`` once finished."""
+    """Sans-IO: feed raw response bytes in any chunking, ``b""`` at the end; then ``message()``."""
 
     def feed(self, data: bytes) -> list[Any]: ...
 
     def message(self) -> dict[str, Any]: ...
+
+    @property
+    def done(self) -> bool:
+        """The API's terminal event arrived."""
+        ...
 
 
 class Adapter(Protocol):

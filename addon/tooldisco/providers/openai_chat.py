@@ -201,9 +201,9 @@ class OpenAIChatAdapter:
         return out
 
     def decoder(self) -> StreamDecoder:
-        from ..streams.openai_chat import ChatStreamDecoder
+        from ..streams.openai_chat import ChatCompletionStreamDecoder
 
-        return ChatStreamDecoder()
+        return ChatCompletionStreamDecoder()
 
     def encode_stream(self, message: dict[str, Any]) -> bytes:
         from ..streams.openai_chat import encode

@@ -1,0 +1,154 @@
+"""Server-sent events framing (WHATWG "event stream" grammar), sans-IO.
+
+Why: Anthropic, both OpenAI APIs and Gemini ``alt=sse`` all frame their streams
+this way. The decoder takes bytes cut anywhere (inside a UTF-8 character, between
+the ``\\r`` and ``\\n`` of a line end) and keeps each event's exact wire bytes so
+an unchanged event can be forwarded as it came.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    """One dispatched event. ``raw`` holds its wire bytes, including any comment
+    lines and blank lines that came before it, so concatenating ``raw`` over all
+    events gives back the stream."""
+
+    data: str
+    event: str | None = None
+    id: str | None = None
+    retry: int | None = None
+    raw: bytes = b""
+
+
+class SSEDecoder:
+    """Incremental SSE parser: ``feed(bytes) -> [SSEEvent]``; ``feed(b"")`` ends the stream.
+
+    Follows the spec's field rules (one optional space after the colon, ``:`` lines
+    are comments, ``data`` lines join with ``\\n``, any of CRLF/CR/LF ends a line).
+    An event is dispatched when a blank line ends a block that set any field (as the
+    official SDKs do); at the end of the stream an unterminated block is dispatched
+    too rather than lost.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._scanned = 0  # the buffer holds no line end before this offset
+        self._raw = bytearray()
+        self._started = False
+        self._event: str | None = None
+        self._data: list[str] = []
+        self._last_id: str | None = None
+        self._retry: int | None = None
+        self._pending = False
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        if not data:
+            return self._finish()
+        self._buffer += data
+        if not self._started:
+            if len(self._buffer) < len(_BOM) and _BOM.startswith(bytes(self._buffer)):
+                return []
+            self._started = True
+            if self._buffer.startswith(_BOM):
+                self._raw += _BOM
+                del self._buffer[: len(_BOM)]
+        return self._lines(final=False)
+
+    def _lines(self, final: bool) -> list[SSEEvent]:
+        """Handle every complete line in the buffer. A CR at the very end waits for the
+        next byte (it may be half of a CRLF), so the result never depends on chunking."""
+        buffer = self._buffer
+        events: list[SSEEvent] = []
+        pos = 0
+        search_from = self._scanned  # a long line arriving in pieces is not rescanned
+        while (match := _LINE_END.search(buffer, search_from)) is not None:
+            if not final and match.end() == len(buffer) and match.group() == b"\r":
+                break
+            self._raw += buffer[pos : match.end()]
+            event = self._line(bytes(buffer[pos : match.start()]))
+            pos = search_from = match.end()
+            if event is not None:
+                events.append(event)
+        del buffer[:pos]
+        self._scanned = max(len(buffer) - 1, 0)  # a trailing CR is looked at again
+        return events
+
+    def _finish(self) -> list[SSEEvent]:
+        events = self._lines(final=True)
+        if self._buffer:  # a last line without a line end
+            self._raw += self._buffer
+            line = bytes(self._buffer)
+            self._buffer.clear()
+            self._scanned = 0
+            if (event := self._line(line)) is not None:
+                events.append(event)
+        if (event := self._dispatch()) is not None:
+            events.append(event)
+        return events
+
+    def _line(self, line: bytes) -> SSEEvent | None:
+        if not line:
+            return self._dispatch()
+        if line.startswith(b":"):
+            return None
+        text = line.decode("utf-8", errors="replace")
+        name, _, value = text.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        elif name == "id":
+            if "\0" in value:
+                return None
+            self._last_id = value
+        elif name == "retry":
+            if not value.isdigit():
+                return None
+            self._retry = int(value)
+        else:
+            return None  # unknown field: ignored, as the spec says
+        self._pending = True
+        return None
+
+    def _dispatch(self) -> SSEEvent | None:
+        if not self._pending:
+            return None
+        event = SSEEvent(
+            data="\n".join(self._data),
+            event=self._event,
+            id=self._last_id,
+            retry=self._retry,
+            raw=bytes(self._raw),
+        )
+        self._event, self._data, self._retry, self._pending = None, [], None, False
+        self._raw.clear()
+        return event
+
+
+def encode_event(
+    data: str,
+    event: str | None = None,
+    *,
+    id: str | None = None,
+    retry: int | None = None,
+    newline: str = "\n",
+) -> bytes:
+    """One SSE event: ``event:``, ``id:``, ``retry:`` then one ``data:`` line per data line."""
+    lines: list[str] = []
+    if event is not None:
+        lines.append(f"event: {event}")
+    if id is not None:
+        lines.append(f"id: {id}")
+    if retry is not None:
+        lines.append(f"retry: {retry}")
+    lines.extend(f"data: {part}" for part in re.split(r"\r\n|\r|\n", data))
+    return (newline.join(lines) + newline + newline).encode("utf-8")

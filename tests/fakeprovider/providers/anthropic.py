@@ -1,0 +1,281 @@
+"""Anthropic Messages API: ``POST /v1/messages`` (any query string, e.g. ``?beta=true``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from ..model import (
+    ApiError,
+    Conversation,
+    JsonResponse,
+    Reply,
+    Response,
+    StreamResponse,
+    ToolCall,
+    ToolResult,
+    new_id,
+    split_json,
+    split_text,
+    sse,
+)
+from .base import Incoming, Provider, bad, check_tool_name, check_unique, require
+
+_ID_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
+    """A message's content as a list of blocks (a bare string is one text block)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not all(isinstance(b, dict) for b in content):
+        raise bad(f"{where}.content: Input should be a valid string or list of content blocks", where)
+    return content
+
+
+def _flatten(content: Any) -> str:
+    """A tool_result's content as text (text blocks joined; tool_reference as ``tool_reference:NAME``)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for b in content if isinstance(content, list) else [content]:
+        if isinstance(b, dict) and b.get("type") == "text":
+            parts.append(str(b.get("text", "")))
+        elif isinstance(b, dict) and b.get("type") == "tool_reference":
+            parts.append(f"tool_reference:{b.get('tool_name')}")
+        else:
+            parts.append(json.dumps(b))
+    return "\n".join(parts)
+
+
+def _check_id(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise bad(f"{where}: String should match pattern '^[a-zA-Z0-9_-]+$' (got {value!r})", where)
+    return value
+
+
+class AnthropicMessages(Provider):
+    name = "anthropic"
+    call_id_prefix = "toolu_"
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        return {} if method == "POST" and path == "/v1/messages" else None
+
+    # --- validation -------------------------------------------------------------------
+
+    def parse(self, body: Any, req: Incoming, route: dict[str, str]) -> Conversation:
+        if not isinstance(body, dict):
+            raise bad("body: Input should be a valid dictionary")
+        model = require(body, "model", str)
+        if require(body, "max_tokens", int) < 1:
+            raise bad("max_tokens: Input should be greater than or equal to 1", "max_tokens")
+        messages = require(body, "messages", list)
+        names = self._check_tools(body)
+        self._check_tool_choice(body.get("tool_choice"), names)
+        calls, results, last_user = self._check_messages(messages)
+        return Conversation(
+            api=self.name,
+            model=model,
+            stream=body.get("stream") is True,
+            tools=names,
+            calls=calls,
+            results=results,
+            last_user_text=last_user,
+            body=body,
+        )
+
+    @staticmethod
+    def _check_tools(body: dict[str, Any]) -> list[str]:
+        tools = body.get("tools")
+        if tools is None:
+            return []
+        if not isinstance(tools, list):
+            raise bad("tools: Input should be a valid list", "tools")
+        names: list[str] = []
+        for i, tool in enumerate(tools):
+            where = f"tools.{i}"
+            if not isinstance(tool, dict):
+                raise bad(f"{where}: Input should be a valid dictionary", where)
+            custom = tool.get("type") in (None, "custom")
+            if custom or "name" in tool:
+                if "name" not in tool:
+                    raise bad(f"{where}.custom.name: Field required", where)
+                check_tool_name(tool["name"], f"{where}.name")
+                names.append(tool["name"])
+            if custom:
+                require(tool, "input_schema", dict, f"{where}.custom")
+        check_unique(names)
+        return names
+
+    @staticmethod
+    def _check_tool_choice(choice: Any, names: list[str]) -> None:
+        if choice is None:
+            return
+        if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none"):
+            raise bad("tool_choice: Input should be a valid tool choice", "tool_choice")
+        if choice["type"] in ("any", "tool") and not names:
+            raise bad(f"tool_choice: tool_choice.type '{choice['type']}' requires tools", "tool_choice")
+        if choice["type"] == "tool":
+            check_tool_name(choice.get("name"), "tool_choice.name")
+            if choice["name"] not in names:
+                raise bad(f"tool_choice: Tool '{choice['name']}' not found in tools", "tool_choice")
+
+    @staticmethod
+    def _check_messages(messages: list[Any]) -> tuple[list[ToolCall], list[ToolResult], str]:
+        calls: list[ToolCall] = []
+        results: list[ToolResult] = []
+        names_by_id: dict[str, str] = {}
+        last_user = ""
+        parsed: list[tuple[str, list[dict[str, Any]]]] = []
+        for i, msg in enumerate(messages):
+            where = f"messages.{i}"
+            if not isinstance(msg, dict):
+                raise bad(f"{where}: Input should be a valid dictionary", where)
+            role = msg.get("role")
+            if role not in ("user", "assistant", "system"):
+                raise bad(f"{where}.role: Input should be 'user' or 'assistant'", where)
+            if "content" not in msg:
+                raise bad(f"{where}.content: Field required", where)
+            parsed.append((role, _blocks(msg["content"], where)))
+
+        for i, (role, blocks) in enumerate(parsed):
+            where = f"messages.{i}"
+            if role == "assistant":
+                uses = [(j, b) for j, b in enumerate(blocks) if b.get("type") == "tool_use"]
+                for j, b in uses:
+                    cid = _check_id(b.get("id"), f"{where}.content.{j}.id")
+                    check_tool_name(b.get("name"), f"{where}.content.{j}.name")
+                    calls.append(ToolCall(cid, b["name"], b.get("input", {})))
+                    names_by_id[cid] = b["name"]
+                if uses:
+                    nxt_role, nxt_blocks = parsed[i + 1] if i + 1 < len(parsed) else ("", [])
+                    answered = {b.get("tool_use_id") for b in nxt_blocks if b.get("type") == "tool_result"}
+                    missing = [b["id"] for _, b in uses if nxt_role != "user" or b["id"] not in answered]
+                    if missing:
+                        raise bad(
+                            f"{where}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                            f"{', '.join(missing)}. Each `tool_use` block must have a corresponding `tool_result` "
+                            "block in the next message."
+                        )
+            elif role == "user":
+                prev_role, prev_blocks = parsed[i - 1] if i > 0 else ("", [])
+                offered_ids = (
+                    {b.get("id") for b in prev_blocks if b.get("type") == "tool_use"}
+                    if prev_role == "assistant"
+                    else set()
+                )
+                other_seen = False
+                texts = []
+                for j, b in enumerate(blocks):
+                    if b.get("type") != "tool_result":
+                        other_seen = True
+                        if b.get("type") == "text":
+                            texts.append(str(b.get("text", "")))
+                        continue
+                    bwhere = f"{where}.content.{j}"
+                    cid = _check_id(b.get("tool_use_id"), f"{bwhere}.tool_use_id")
+                    if other_seen:
+                        raise bad(
+                            f"{bwhere}: `tool_result` blocks must come first in the user message: "
+                            "put every `tool_result` before any other content."
+                        )
+                    if cid not in offered_ids:
+                        raise bad(
+                            f"{bwhere}: unexpected `tool_use_id` found in `tool_result` blocks: {cid}. Each "
+                            "`tool_result` block must have a corresponding `tool_use` block in the previous message."
+                        )
+                    results.append(
+                        ToolResult(cid, names_by_id.get(cid), _flatten(b.get("content")), bool(b.get("is_error")))
+                    )
+                text = "\n".join(texts)
+                if text.strip():
+                    last_user = text
+        return calls, results, last_user
+
+    # --- rendering --------------------------------------------------------------------
+
+    @staticmethod
+    def _usage(reply: Reply, output_tokens: int | None = None) -> dict[str, int]:
+        u = reply.usage
+        return {
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens if output_tokens is None else output_tokens,
+            "cache_creation_input_tokens": u.cache_creation_input_tokens,
+            "cache_read_input_tokens": u.cache_read_input_tokens,
+        }
+
+    def render(self, reply: Reply, conv: Conversation) -> Response:
+        msg_id = new_id("msg_")
+        stop_reason = "tool_use" if reply.stop_for_tools else "end_turn"
+        headers = {"request-id": new_id("req_")}
+        if not conv.stream:
+            content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+            content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in reply.calls]
+            body = {
+                "id": msg_id,
+                "type": "message",
+                "role": "assistant",
+                "model": conv.model,
+                "content": content or [{"type": "text", "text": ""}],
+                "stop_reason": stop_reason,
+                "stop_sequence": None,
+                "usage": self._usage(reply),
+            }
+            return JsonResponse(200, body, headers)
+        return StreamResponse(self._events(reply, conv, msg_id, stop_reason), headers=headers)
+
+    def _events(self, reply: Reply, conv: Conversation, msg_id: str, stop_reason: str) -> Iterator[bytes]:
+        start: dict[str, Any] = {
+            "id": msg_id,
+            "type": "message",
+            "role": "assistant",
+            "model": conv.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": self._usage(reply, output_tokens=1),
+        }
+        yield sse("message_start", {"type": "message_start", "message": start})
+        yield sse("ping", {"type": "ping"})
+        index = 0
+        if reply.text:
+            yield sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+            )
+            for frag in split_text(reply.text):
+                yield sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": frag}},
+                )
+            yield sse("content_block_stop", {"type": "content_block_stop", "index": index})
+            index += 1
+        for c in reply.calls:
+            block = {"type": "tool_use", "id": c.id, "name": c.name, "input": {}}
+            yield sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+            for frag in [""] + split_json(c.arguments):
+                delta = {"type": "input_json_delta", "partial_json": frag}
+                yield sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+            yield sse("content_block_stop", {"type": "content_block_stop", "index": index})
+            index += 1
+        yield sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": reply.usage.output_tokens},
+            },
+        )
+        yield sse("message_stop", {"type": "message_stop"})
+
+    def error_response(self, err: ApiError) -> JsonResponse:
+        req_id = new_id("req_")
+        body = {"type": "error", "error": {"type": err.kind, "message": err.message}, "request_id": req_id}
+        return JsonResponse(err.status, body, {"request-id": req_id})
+
+    def invalid_json(self) -> ApiError:
+        return bad("There was an error parsing the body of your request: the body is not valid JSON.")

@@ -1,0 +1,443 @@
+"""The fake provider HTTP server: routing, auth, recording, the script, paced streaming.
+
+Plain HTTP/1.1 with keep-alive on 127.0.0.1. JSON responses carry Content-Length;
+streams use chunked transfer encoding, one chunk per event, written and flushed as
+produced, with ``stream_delay`` seconds between events.
+
+Control endpoints (for out-of-process use; never recorded):
+``GET /_requests[?since=N]``, ``POST /_reset``, ``GET|POST /_script``,
+``POST /_settings`` (``{"stream_delay": 0.05}``), ``GET /_health``.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import logging
+import socket
+import threading
+import time
+import traceback
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .model import ApiError, Conversation, JsonResponse, Response, StreamResponse, new_id
+from .providers import PROVIDERS, Incoming, Provider
+from .script import Rule, Script
+
+log = logging.getLogger("fakeprovider")
+
+
+@dataclass
+class RecordedRequest:
+    """One request the fake received on a non-control path."""
+
+    index: int  # 1-based position among all recorded requests since the last reset
+    method: str
+    path: str  # without the query string
+    query: str  # raw query string ("" if none)
+    headers: list[tuple[str, str]]
+    body: bytes  # as received (after de-chunking, before content-decoding)
+    content: bytes  # body after content-decoding (what JSON parsing saw)
+    json: Any = None  # parsed body, or None if it was not JSON
+    api: str | None = None  # provider name, None if no API serves the path
+    nth: int | None = None  # 1-based index among API requests (what ``Rule.nth`` matches)
+    tool_names: list[str] | None = None  # tools offered, when the request validated
+    status: int | None = None  # status the fake answered with
+    error: str | None = None  # validation/scripted error message, or a server-side problem
+    reply: dict[str, Any] | None = None  # what the scripted model answered (text, calls, usage)
+    rule: dict[str, Any] | None = None  # the rule that produced the answer
+    started_at: float = field(default_factory=time.monotonic)
+    event_times: list[float] = field(default_factory=list)  # monotonic time each streamed event began to be written
+    finished_at: float | None = None  # monotonic time the last response byte was written
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def query_params(self) -> dict[str, list[str]]:
+        return parse_qs(self.query, keep_blank_values=True)
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (case-insensitive), or None."""
+        low = name.lower()
+        return next((v for k, v in self.headers if k.lower() == low), None)
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "method": self.method,
+            "path": self.path,
+            "query": self.query,
+            "headers": [list(h) for h in self.headers],
+            "body_b64": base64.b64encode(self.body).decode(),
+            "text": self.text,
+            "json": self.json,
+            "api": self.api,
+            "nth": self.nth,
+            "tool_names": self.tool_names,
+            "status": self.status,
+            "error": self.error,
+            "reply": self.reply,
+            "rule": self.rule,
+            "started_at": self.started_at,
+            "event_times": self.event_times,
+            "finished_at": self.finished_at,
+        }
+
+
+def _decode(body: bytes, encoding: str) -> bytes:
+    """Undo a request Content-Encoding (gzip, deflate, zstd, br when available)."""
+    for enc in reversed([e.strip().lower() for e in encoding.split(",") if e.strip()]):
+        if enc in ("gzip", "x-gzip"):
+            body = gzip.decompress(body)
+        elif enc == "deflate":
+            try:
+                body = zlib.decompress(body)
+            except zlib.error:
+                body = zlib.decompress(body, -zlib.MAX_WBITS)
+        elif enc == "zstd":
+            import zstandard
+
+            body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
+        elif enc == "br":
+            import brotli  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+            body = brotli.decompress(body)
+        elif enc != "identity":
+            raise ValueError(f"unsupported content-encoding {enc!r}")
+    return body
+
+
+class FakeProvider:
+    """The fake LLM provider. Use in-process (``start()``/``stop()`` or ``with``) or via
+    ``python -m tests.fakeprovider``."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        stream_delay: float = 0.05,
+        providers: list[Provider] | None = None,
+    ) -> None:
+        self.host = host
+        self.requested_port = port
+        self.stream_delay = stream_delay
+        self.providers = providers if providers is not None else PROVIDERS
+        self.script = Script()
+        self._requests: list[RecordedRequest] = []
+        self._api_count = 0
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> FakeProvider:
+        """Bind and serve in a daemon thread; returns self."""
+        handler = type("BoundHandler", (_Handler,), {"fake": self})
+        server = ThreadingHTTPServer((self.host, self.requested_port), handler)
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="fakeprovider", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the listening socket."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def __enter__(self) -> FakeProvider:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "not started"
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # --- test API -----------------------------------------------------------------------
+
+    def set_script(self, script: Script | list[Rule] | dict[str, Any]) -> None:
+        """Replace the script (a Script, a list of rules, or the ``POST /_script`` JSON)."""
+        if isinstance(script, list) and all(isinstance(r, Rule) for r in script):
+            script = Script(script)
+        elif not isinstance(script, Script):
+            script = Script.from_dict(script)
+        with self._lock:
+            self.script = script
+
+    def reset(self) -> None:
+        """Forget recorded requests and restore the default script (keeps ``stream_delay``)."""
+        with self._lock:
+            self._requests.clear()
+            self._api_count = 0
+            self.script = Script()
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every recorded request since the last reset, oldest first."""
+        with self._lock:
+            return list(self._requests)
+
+    def api_requests(self, api: str | None = None) -> list[RecordedRequest]:
+        """Recorded requests that reached an API (optionally one API: "anthropic", "openai-chat")."""
+        return [r for r in self.requests if r.api is not None and (api is None or r.api == api)]
+
+    def last_request(self) -> RecordedRequest:
+        reqs = self.requests
+        assert reqs, "the fake provider has received no request"
+        return reqs[-1]
+
+    def wait_for_requests(self, count: int, timeout: float = 30.0) -> list[RecordedRequest]:
+        """Block until at least ``count`` requests were recorded and answered; returns them."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                done = [r for r in self._requests if r.done.is_set()]
+                if len(done) >= count:
+                    return list(self._requests)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"expected {count} finished requests, have {len(done)} of {len(self._requests)}")
+                self._changed.wait(left)
+
+    # --- internals used by the handler --------------------------------------------------
+
+    def _record(self, rec: RecordedRequest, is_api: bool) -> None:
+        with self._lock:
+            rec.index = len(self._requests) + 1
+            if is_api:
+                self._api_count += 1
+                rec.nth = self._api_count
+            self._requests.append(rec)
+            self._changed.notify_all()
+
+    def _finish(self, rec: RecordedRequest) -> None:
+        with self._changed:
+            rec.finished_at = time.monotonic()
+            rec.done.set()
+            self._changed.notify_all()
+
+    def _choose(self, conv: Conversation, nth: int) -> Rule:
+        with self._lock:
+            script = self.script
+        return script.choose(conv, nth)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Per-connection handler; ``fake`` is bound by :meth:`FakeProvider.start`."""
+
+    fake: FakeProvider
+    protocol_version = "HTTP/1.1"
+    server_version = "fakeprovider/1"
+    timeout = 300  # idle keep-alive connections close after this
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    def do_POST(self) -> None:
+        self._handle()
+
+    def do_PUT(self) -> None:
+        self._handle()
+
+    def do_DELETE(self) -> None:
+        self._handle()
+
+    # --- request ------------------------------------------------------------------------
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            parts: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _handle(self) -> None:
+        split = urlsplit(self.path)
+        path, query = split.path, split.query
+        body = self._read_body()
+        if path.startswith("/_"):
+            self._control(path, query, body)
+            return
+        fake = self.fake
+        provider, route = next(
+            ((p, r) for p in fake.providers if (r := p.match(self.command, path)) is not None), (None, None)
+        )
+        rec = RecordedRequest(
+            index=0,
+            method=self.command,
+            path=path,
+            query=query,
+            headers=list(self.headers.items()),
+            body=body,
+            content=body,
+            api=provider.name if provider else None,
+        )
+        fake._record(rec, provider is not None)
+        try:
+            if provider is None or route is None:
+                self._send_json(
+                    rec,
+                    JsonResponse(
+                        404, {"error": {"type": "not_found_error", "message": f"no route for {self.command} {path}"}}
+                    ),
+                )
+                return
+            response = self._answer(provider, route, rec, query)
+            if isinstance(response, StreamResponse):
+                self._send_stream(rec, response)
+            else:
+                self._send_json(rec, response)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            rec.error = rec.error or f"client disconnected: {exc!r}"
+            self.close_connection = True
+        except Exception:  # a bug in the fake: answer 500 and keep the trace in the record
+            rec.error = traceback.format_exc()
+            log.exception("fake provider failed on %s %s", self.command, path)
+            if rec.status is not None:  # the response had begun: all we can do is cut it
+                self.close_connection = True
+                return
+            try:
+                self._send_json(rec, JsonResponse(500, {"error": {"type": "fake_provider_bug", "message": rec.error}}))
+            except OSError:
+                self.close_connection = True
+        finally:
+            fake._finish(rec)
+
+    def _answer(self, provider: Provider, route: dict[str, str], rec: RecordedRequest, query: str) -> Response:
+        """Auth, JSON, validation, then the script; errors in the provider's shape."""
+        incoming = Incoming(self.command, rec.path, parse_qs(query, keep_blank_values=True), self.headers, rec.body)
+        try:
+            if not provider.authenticated(incoming):
+                raise ApiError(401, "invalid x-api-key: no credentials (x-api-key or Authorization) sent")
+            try:
+                rec.content = _decode(rec.body, self.headers.get("Content-Encoding", ""))
+                rec.json = json.loads(rec.content)
+            except ValueError as exc:
+                log.debug("invalid JSON: %s", exc)
+                raise provider.invalid_json() from None
+            conv = provider.parse(rec.json, incoming, route)
+            rec.tool_names = list(conv.tools)
+            conv.raw_text = rec.text
+            assert rec.nth is not None
+            rule = self.fake._choose(conv, rec.nth)
+            rec.rule = rule.to_dict()
+            if rule.error is not None:
+                raise ApiError(rule.error.status, rule.error.message, rule.error.kind)
+            reply = rule.build_reply(conv, provider.call_id_prefix, new_id)
+            rec.reply = reply.to_dict()
+            response = provider.render(reply, conv)
+            if isinstance(response, StreamResponse) and rule.delay is not None:
+                response.delay = rule.delay
+            return response
+        except ApiError as err:
+            rec.error = err.message
+            return provider.error_response(err)
+
+    # --- response -----------------------------------------------------------------------
+
+    def _send_json(self, rec: RecordedRequest | None, response: JsonResponse) -> None:
+        data = response.encode()
+        if rec is not None:
+            rec.status = response.status
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in response.headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        self.wfile.flush()
+
+    def _send_stream(self, rec: RecordedRequest, response: StreamResponse) -> None:
+        delay = self.fake.stream_delay if response.delay is None else response.delay
+        rec.status = response.status
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        for k, v in response.headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self._write_chunks(rec, response.events, delay)
+
+    def _write_chunks(self, rec: RecordedRequest, events: Iterable[bytes], delay: float) -> None:
+        for event in events:
+            if rec.event_times and delay > 0:
+                time.sleep(delay)
+            rec.event_times.append(time.monotonic())
+            if event:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    # --- control endpoints --------------------------------------------------------------
+
+    def _control(self, path: str, query: str, body: bytes) -> None:
+        fake = self.fake
+        status = 200
+        out: dict[str, Any] = {"ok": True}
+        try:
+            data = json.loads(body) if body.strip() else {}
+            if path == "/_health":
+                out = {"ok": True, "url": fake.url}
+            elif path == "/_requests" and self.command == "GET":
+                since = int(parse_qs(query).get("since", ["0"])[0])
+                out = {"requests": [r.to_json() for r in fake.requests if r.index > since]}
+            elif path == "/_reset" and self.command == "POST":
+                fake.reset()
+            elif path == "/_script" and self.command == "POST":
+                fake.set_script(data)
+            elif path == "/_script" and self.command == "GET":
+                out = fake.script.to_dict()
+            elif path == "/_settings" and self.command == "POST":
+                if "stream_delay" in data:
+                    fake.stream_delay = float(data["stream_delay"])
+                out = {"ok": True, "stream_delay": fake.stream_delay}
+            else:
+                status, out = 404, {"ok": False, "error": f"no control endpoint {self.command} {path}"}
+        except (ValueError, TypeError, KeyError) as exc:
+            status, out = 400, {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        self._send_json(None, JsonResponse(status, out))
+
+
+__all__ = ["FakeProvider", "RecordedRequest"]
