@@ -20,7 +20,7 @@ from mitmproxy import ctx, exceptions, http
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tooldisco.config import ConfigError, load  # noqa: E402
+from tooldisco.config import ConfigError, load_config  # noqa: E402
 from tooldisco.engine import Engine, FlowContext, Reply  # noqa: E402
 
 DEFAULT_CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "tool_discovery.yaml")
@@ -65,7 +65,7 @@ class ToolDiscovery:
         if "tool_discovery_config" in updated:
             path = ctx.options.tool_discovery_config or DEFAULT_CONFIG
             try:
-                config = load(path)
+                config = load_config(path)
             except ConfigError as e:
                 raise exceptions.OptionsError(f"tool_discovery_config: {e}") from None
             for warning in config.warnings:

@@ -357,7 +357,7 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
     return cfg
 
 
-def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")

@@ -21,9 +21,9 @@ def estimate_tokens(text: str) -> int:
 
 @dataclass
 class SearchRecord:
-    query: str
+    query: str | None
     matched: list[str]
-    backend: str
+    backend: str | None
     fallback: str | None = None
     latency_ms: float = 0.0
     error: str | None = None

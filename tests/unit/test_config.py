@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from tooldisco.config import Config, ConfigError, load, parse, parse_duration
+from tooldisco.config import Config, ConfigError, load_config as load, parse, parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 
