@@ -63,29 +63,34 @@ def engine_bench(requests: int) -> list[tuple[str, int, float, float]]:
 def proxy_bench(requests: int) -> list[tuple[str, float, float, float]]:
     import httpx
 
-    from e2e.harness import Mitmdump  # the same rig the end-to-end tests use
-    from fakeprovider import FakeProvider
+    from tests.e2e.harness import MitmDump  # the same rig the end-to-end tests use
+    from tests.fakeprovider import FakeProvider
 
     body = {"model": "claude", "max_tokens": 64, "tools": anthropic_tools(60),
             "messages": [{"role": "user", "content": "post the summary to slack"}]}
-    config = "pipes:\n  tool_discovery:\n    enabled: true\n    strategy: relevance\n"
     rows = []
-    with FakeProvider() as fake, tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "cfg.yaml").write_text(config + f"sessions:\n  dir: {tmp}/s\ntelemetry:\n  enabled: false\n")
+    with FakeProvider(stream_delay=0) as fake, tempfile.TemporaryDirectory() as tmp:
+        config = (f"pipes:\n  tool_discovery:\n    enabled: true\n    strategy: relevance\n"
+                  f"sessions:\n  dir: {tmp}/sessions\ntelemetry:\n  enabled: false\n")
         for label, script in [("mitmdump alone", None), ("mitmdump + addon", ROOT / "addon" / "tool_discovery.py")]:
-            extra = ["--set", f"tool_discovery_config={tmp}/cfg.yaml"] if script else []
-            with Mitmdump(fake.url, Path(tmp) / label.replace(" ", "_"), script=script, extra_args=extra) as proxy:
-                with httpx.Client(proxy=proxy.url, verify=str(proxy.ca), timeout=60) as client:
+            proxy = MitmDump(Path(tmp) / label.replace(" ", "_"), fake.url, script=script,
+                             config=config if script else None)
+            proxy.start()
+            try:
+                with httpx.Client(proxy=proxy.url, verify=proxy.ssl_context(), timeout=60) as client:
+                    send = lambda: client.post("https://api.anthropic.com/v1/messages", json=body,  # noqa: E731
+                                               headers={"x-api-key": "bench"})
                     for _ in range(10):  # warm-up: TLS, connections
-                        client.post("https://api.anthropic.com/v1/messages", json=body, headers={"x-api-key": "k"})
+                        send()
                     lat = []
                     t0 = time.perf_counter()
                     for _ in range(requests):
                         t = time.perf_counter()
-                        r = client.post("https://api.anthropic.com/v1/messages", json=body, headers={"x-api-key": "k"})
-                        r.raise_for_status()
+                        send().raise_for_status()
                         lat.append((time.perf_counter() - t) * 1000)
                     elapsed = time.perf_counter() - t0
+            finally:
+                proxy.stop()
             rows.append((label, requests / elapsed, pct(lat, 50), pct(lat, 95)))
     return rows
 

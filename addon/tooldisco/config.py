@@ -9,6 +9,7 @@ not surface as a strange rewrite in the middle of a user's session. The
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -85,7 +86,7 @@ class ToolDiscovery:
 
     def keeps(self, name: str) -> bool:
         """Whether ``always_keep`` names this tool (exact names or glob patterns)."""
-        return any(name == p or fnmatch.fnmatchcase(name, p) for p in self.always_keep)
+        return bool(self.always_keep) and _matches(self.always_keep, name)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,11 @@ class Config:
     def handles_host(self, host: str) -> bool:
         host = host.lower().rstrip(".")
         return any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in self.hosts)
+
+
+@functools.lru_cache(maxsize=50_000)
+def _matches(patterns: tuple[str, ...], name: str) -> bool:
+    return any(name == p or fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 # --- parsing -------------------------------------------------------------------------

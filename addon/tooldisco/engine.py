@@ -133,7 +133,7 @@ class Engine:
             return Prepared()
         state = self.store.get(key)
         sel = relevance.select(view, td, keep, sticky=state.kept, expanded=state.expanded, ranker=self.ranker)
-        self._remember(key, adapter, kept=[t.name for t in sel.kept], deferred=sel.deferred)
+        self._remember(key, adapter, kept=[t.name for t in sel.kept])
         self._count(record, sel.kept, sel.deferred)
         if len(sel.kept) == total:
             return Prepared()
@@ -172,15 +172,19 @@ class Engine:
         record.deferred_tools = len(deferred)
         record.tool_tokens_after = sum(estimate_tokens(t.raw) for t in kept) + extra
 
-    def _remember(self, key: str, adapter: Adapter, kept: list[str], deferred: tuple[Tool, ...]) -> None:
-        def change(s: SessionState) -> None:
+    def _remember(self, key: str, adapter: Adapter, kept: list[str], deferred: tuple[Tool, ...] = ()) -> None:
+        """Record the kept set, and the deferred catalog a later search may reach (seed §6)."""
+
+        def change(s: SessionState) -> bool:
+            if s.api == adapter.api and s.kept == kept and all(s.deferred.get(t.name) == t.raw for t in deferred):
+                return False
             s.api = adapter.api
             s.kept = kept
             for t in deferred:
                 s.deferred[t.name] = t.raw
-            if len(s.deferred) > MAX_DEFERRED_PER_SESSION:
-                for name in list(s.deferred)[: len(s.deferred) - MAX_DEFERRED_PER_SESSION]:
-                    del s.deferred[name]
+            for name in list(s.deferred)[: max(len(s.deferred) - MAX_DEFERRED_PER_SESSION, 0)]:
+                del s.deferred[name]
+            return True
 
         self.store.update(key, change)
 

@@ -76,8 +76,9 @@ def elements(text: str, span: Span) -> list[Span]:
 
 
 def root(text: str) -> Span:
-    start = _skip_ws(text, 0)
-    return (start, _value_end(text, start))
+    """The whole document, without parsing it: callers hand us text that is valid JSON
+    (the adapters ``json.loads`` a body before locating anything in it)."""
+    return (_skip_ws(text, 0), len(text.rstrip(_WS)))
 
 
 def find(text: str, path: Path, span: Span | None = None) -> Span | None:

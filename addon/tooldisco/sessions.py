@@ -75,12 +75,17 @@ class SessionStore:
     def put(self, key: str, state: SessionState) -> None:
         self._cache.set(key, asdict(state), expire=self._ttl)
 
-    def update(self, key: str, change: Callable[[SessionState], None]) -> SessionState:
-        """Read, change and write one session atomically (flows of one session may overlap)."""
+    def update(self, key: str, change: Callable[[SessionState], object]) -> SessionState:
+        """Read, change and write one session atomically (flows of one session may overlap).
+
+        ``change`` returning False means nothing changed: the entry's TTL is refreshed
+        instead of rewriting a catalog that may hold thousands of definitions."""
         with self._cache.transact():
             state = self.get(key)
-            change(state)
-            self.put(key, state)
+            if change(state) is False and key in self._cache:
+                self._cache.touch(key, expire=self._ttl)
+            else:
+                self.put(key, state)
         return state
 
     def _maybe_cleanup(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Iterable, Sequence
 
@@ -10,6 +11,7 @@ from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupp
 from .common import (
     append_array,
     check_unique,
+    parsed_tools,
     clean_text,
     load_object,
     params_of,
@@ -51,7 +53,7 @@ def _keep_breakpoint(original: list[str], raws: list[str]) -> list[str]:
     """Clients put ``cache_control`` on their last tool; if we dropped that tool, the
     breakpoint moves to our last one, so the tools prefix is still cached."""
     kept = set(raws)
-    dropped = [json.loads(r) for r in original if r not in kept]
+    dropped = [json.loads(r) for r in original if r not in kept and '"cache_control"' in r]
     marks = [d["cache_control"] for d in dropped if isinstance(d, dict) and "cache_control" in d]
     if not marks or not raws or any('"cache_control"' in r and "cache_control" in json.loads(r) for r in raws):
         return raws
@@ -60,6 +62,7 @@ def _keep_breakpoint(original: list[str], raws: list[str]) -> list[str]:
     return raws
 
 
+@functools.lru_cache(maxsize=20_000)
 def parse_tool(raw: str) -> Tool:
     d = json.loads(raw)
     if not isinstance(d, dict) or not isinstance(d.get("name"), str):
@@ -87,7 +90,7 @@ class AnthropicAdapter:
         messages = data.get("messages")
         if not isinstance(messages, list):
             raise Unsupported("no messages array")
-        tools = tuple(parse_tool(raw) for raw in tool_spans(body, ["tools"]))
+        tools = parsed_tools(body, ["tools"], parse_tool)
         check_unique(tools)
         query, first, used, called = "", "", set(), set()
         results: set[str] = set()

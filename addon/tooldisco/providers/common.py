@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .. import jsonspan
 from .base import Tool, Unsupported
@@ -41,13 +42,25 @@ def load_object(body: str) -> dict[str, Any]:
 
 def tool_spans(body: str, path: Sequence[str | int]) -> list[str]:
     """Raw texts of the array elements at ``path`` (empty when absent)."""
+    return list(_tool_spans(body, tuple(path)))
+
+
+@functools.lru_cache(maxsize=8)
+def _tool_spans(body: str, path: tuple[str | int, ...]) -> tuple[str, ...]:
+    """Cached: parse, rewrite and breakpoint handling all look at the same request's tools."""
     span = jsonspan.find(body, path)
     if span is None:
-        return []
+        return ()
     try:
-        return [body[a:b] for a, b in jsonspan.elements(body, span)]
+        return tuple(body[a:b] for a, b in jsonspan.elements(body, span))
     except ValueError:
         raise Unsupported(f"{'.'.join(map(str, path))} is not an array") from None
+
+
+def parsed_tools(body: str, path: Sequence[str | int], parse_tool: Callable[[str], Tool]) -> tuple[Tool, ...]:
+    """The tools at ``path``; ``parse_tool`` is cached by definition text (agents resend the
+    same definitions every turn)."""
+    return tuple(parse_tool(raw) for raw in tool_spans(body, path))
 
 
 def check_unique(tools: Iterable[Tool]) -> None:

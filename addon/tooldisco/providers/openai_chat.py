@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Iterable, Sequence
 
@@ -10,13 +11,13 @@ from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupp
 from .common import (
     append_array,
     check_unique,
+    parsed_tools,
     clean_text,
     load_object,
     params_of,
     parse_arguments,
     replace_array,
     sum_usage,
-    tool_spans,
 )
 
 
@@ -29,6 +30,7 @@ def _text(content: Any) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=20_000)
 def parse_tool(raw: str) -> Tool:
     d = json.loads(raw)
     if not isinstance(d, dict):
@@ -78,7 +80,7 @@ class OpenAIChatAdapter:
         messages = data.get("messages")
         if not isinstance(messages, list):
             raise Unsupported("no messages array")
-        tools = tuple(parse_tool(raw) for raw in tool_spans(body, ["tools"]))
+        tools = parsed_tools(body, ["tools"], parse_tool)
         check_unique(tools)
         query, first = "", ""
         names_by_id: dict[str, str] = {}

@@ -7,6 +7,7 @@ and a turn adds tools only when they are newly relevant; nothing is ever reorder
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -28,9 +29,11 @@ _WORD = re.compile(r"[a-z0-9]+")
 Ranker = Callable[[str, Sequence[Tool], int], list[str]]
 
 
-def tokens(text: str) -> set[str]:
-    """Lowercase alphanumeric words, short words and stop words dropped."""
-    return {w for w in _WORD.findall(text.lower().replace("_", " ")) if len(w) > 2 and w not in STOP_WORDS}
+@functools.lru_cache(maxsize=50_000)
+def tokens(text: str) -> frozenset[str]:
+    """Lowercase alphanumeric words, short words and stop words dropped (cached: a catalog's
+    tools are scored again on every turn)."""
+    return frozenset(w for w in _WORD.findall(text.lower().replace("_", " ")) if len(w) > 2 and w not in STOP_WORDS)
 
 
 def keep_count(total: int, cfg: ToolDiscovery) -> int:

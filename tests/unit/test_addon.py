@@ -1,0 +1,109 @@
+"""The mitmproxy glue with mitmproxy's own test helpers (taddons, tflow)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from mitmproxy import exceptions
+from mitmproxy.test import taddons, tflow, tutils
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "addon"))
+import tool_discovery  # noqa: E402
+
+from tests.support.catalog import anthropic_tools  # noqa: E402
+
+
+def write(tmp_path, text):
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def relevance_config(tmp_path):
+    return write(tmp_path, f"""
+pipes: {{tool_discovery: {{enabled: true, strategy: relevance}}}}
+sessions: {{dir: {tmp_path}/s}}
+telemetry: {{path: {tmp_path}/t.jsonl}}
+""")
+
+
+def test_bad_config_is_an_options_error_naming_the_key(tmp_path):
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        with pytest.raises(exceptions.OptionsError, match=r"pipes.tool_discovery.max_tools: expected a whole number"):
+            tctx.configure(addon, tool_discovery_config=write(tmp_path, "pipes: {tool_discovery: {max_tools: lots}}"))
+
+
+def test_default_config_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=tool_discovery.DEFAULT_CONFIG)
+        assert addon.engine is not None and addon.engine.config.tool_discovery.enabled
+
+
+def flow(host="api.anthropic.com", path="/v1/messages", body=None, n=60):
+    body = body if body is not None else json.dumps({
+        "model": "m", "max_tokens": 5, "tools": anthropic_tools(n),
+        "messages": [{"role": "user", "content": "post to slack"}]}).encode()
+    req = tutils.treq(host=host, port=443, scheme=b"https", path=path.encode(), method=b"POST",
+                      headers=[(b"content-type", b"application/json"), (b"x-api-key", b"k")], content=body)
+    return tflow.tflow(req=req)
+
+
+async def test_request_hook_filters_processed_hosts_only(tmp_path):
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path))
+        f = flow()
+        addon.requestheaders(f)
+        await addon.request(f)
+        assert len(json.loads(f.request.content)["tools"]) == 25
+        other = flow(host="example.com")
+        before = other.request.content
+        addon.requestheaders(other)
+        await addon.request(other)
+        assert other.request.content == before
+
+
+async def test_map_remote_does_not_hide_the_original_host(tmp_path):
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path))
+        f = flow()
+        addon.requestheaders(f)
+        f.request.host = "127.0.0.1"  # what map_remote does in its request hook
+        await addon.request(f)
+        assert len(json.loads(f.request.content)["tools"]) == 25
+
+
+async def test_undecodable_body_passes_through(tmp_path, caplog):
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path))
+        f = flow()
+        f.request.headers["content-encoding"] = "gzip"
+        f.request.raw_content = b"definitely not gzip"
+        addon.requestheaders(f)
+        await addon.request(f)
+        assert f.request.raw_content == b"definitely not gzip"
+        assert "cannot decode the request body" in caplog.text
+
+
+def test_streams_live_unless_the_loop_may_need_the_answer(tmp_path):
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path))
+        f = flow()
+        f.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")])
+        addon.requestheaders(f)
+        addon.responseheaders(f)
+        assert f.response.stream is True
+        g = flow()
+        g.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")])
+        addon.requestheaders(g)
+        g.metadata[tool_discovery.META_CONTEXT] = object()
+        addon.responseheaders(g)
+        assert not g.response.stream
