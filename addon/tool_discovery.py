@@ -20,6 +20,7 @@ from mitmproxy import ctx, exceptions, http
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from tooldisco import sigv4  # noqa: E402
 from tooldisco.config import ConfigError, load_config  # noqa: E402
 from tooldisco.engine import Engine, FlowContext, Reply  # noqa: E402
 
@@ -108,9 +109,16 @@ class ToolDiscovery:
         if not body:
             return
         headers = {k.lower(): v for k, v in flow.request.headers.items()}
+        status, reason = sigv4.check(headers)
+        if status is sigv4.Status.CANNOT:  # a changed body would fail the signature check
+            log.warning("tool discovery skipped: %s", reason)
+            return
         prepared = engine.prepare(adapter, headers, body)
         if prepared.body is not None:
             flow.request.content = prepared.body
+            flow.request.headers = http.Headers(
+                [(k.encode(), v.encode()) for k, v in self._signed(flow.request.url, flow.request.headers.items(multi=True), prepared.body)]
+            )
         if prepared.context is not None:
             flow.metadata[META_CONTEXT] = prepared.context
 
@@ -148,7 +156,7 @@ class ToolDiscovery:
     async def _send(self, flow: http.HTTPFlow, body: bytes) -> Reply:
         """Send ``body`` where the flow's request finally went, with its final headers."""
         headers = [(k, v) for k, v in flow.request.headers.items(multi=True) if k.lower() not in HOP_BY_HOP]
-        headers.append(("accept-encoding", "identity"))
+        headers = self._signed(flow.request.url, headers, body) + [("accept-encoding", "identity")]
         client = self.client or self._make_client()
         try:
             r = await client.post(flow.request.url, content=body, headers=headers)
@@ -156,6 +164,14 @@ class ToolDiscovery:
             log.warning("phantom re-forward failed: %s", e)
             return Reply(502, b'{"error":{"type":"proxy_error","message":"re-forward failed"}}')
         return Reply(r.status_code, r.content, r.headers.get("content-type", ""))
+
+    @staticmethod
+    def _signed(url: str, headers, body: bytes) -> list[tuple[str, str]]:
+        """Headers for ``body``: re-signed when the client used SigV4 (Bedrock), else as they are."""
+        result = sigv4.resign("POST", url, list(headers), body)
+        if result.status is sigv4.Status.CANNOT:
+            log.warning("cannot re-sign the changed request: %s", result.reason)
+        return list(result.headers)
 
     def _make_client(self) -> httpx.AsyncClient:
         """Honour mitmproxy's upstream-proxy mode and TLS options, as the proxy itself would."""

@@ -58,7 +58,7 @@ class FlowContext:
     catalog: dict[str, Tool]  # what a search may find
     forwarded: list[str]
     record: Record
-    started: float = field(default_factory=time.perf_counter)
+    stream: bool = False  # the client asked for a stream (Gemini's JSON-array stream is application/json)
 
 
 @dataclass
@@ -85,7 +85,7 @@ class Engine:
         td = self.config.tool_discovery
         if not td.enabled or not self.config.handles_host(host):
             return None
-        return detect(method, path)
+        return detect(method, path, host)
 
     def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes) -> Prepared:
         """Decide what to forward. ``headers`` keys must be lowercase."""
@@ -164,7 +164,7 @@ class Engine:
         self._count(record, plan.kept + plan.expanded, plan.deferred, extra=estimate_tokens(phantom_raw))
         record.outcome = "pending"
         forwarded = [t.name for t in plan.kept + plan.expanded] + [phantom]
-        ctx = FlowContext(adapter, key, new, body, phantom, catalog, forwarded, record)
+        ctx = FlowContext(adapter, key, new, body, phantom, catalog, forwarded, record, view.stream)
         return Prepared(new.encode("utf-8"), ctx)
 
     def _count(self, record: Record, kept: tuple[Tool, ...], deferred: tuple[Tool, ...], extra: int = 0) -> None:
@@ -199,7 +199,7 @@ class Engine:
             if reply.status != 200:
                 record.outcome = f"upstream_{reply.status}"
                 return None
-            message = self._decode(ctx.adapter, reply)
+            message = self._decode(ctx, reply)
             if message is None:
                 record.outcome = "undecodable"
                 return None
@@ -219,7 +219,7 @@ class Engine:
                     final_reply = await self._upstream_failed(ctx, answer, send)
                     action = loop.fail()
                     break
-                decoded = self._decode(ctx.adapter, answer)
+                decoded = self._decode(ctx, answer)
                 if decoded is None:
                     action = loop.fail()
                     break
@@ -232,7 +232,7 @@ class Engine:
                 return None
             if final_reply is not None:
                 return final_reply
-            body = ctx.adapter.encode_stream(action.message) if reply.is_stream else _json(action.message)
+            body = ctx.adapter.encode_stream(action.message) if self._streamed(ctx, reply) else _json(action.message)
             return Reply(200, body, reply.content_type)
         except Exception as e:  # fail open: the client gets the first answer as it came
             record.outcome = f"error: {type(e).__name__}"
@@ -255,9 +255,14 @@ class Engine:
         ctx.record.fallback_reason = f"reforward_{answer.status}"
         return answer
 
-    def _decode(self, adapter: Adapter, reply: Reply) -> dict[str, Any] | None:
+    @staticmethod
+    def _streamed(ctx: FlowContext, reply: Reply) -> bool:
+        return reply.is_stream or ctx.stream
+
+    def _decode(self, ctx: FlowContext, reply: Reply) -> dict[str, Any] | None:
+        adapter = ctx.adapter
         try:
-            if reply.is_stream:
+            if self._streamed(ctx, reply):
                 decoder = adapter.decoder()
                 decoder.feed(reply.body)
                 decoder.feed(b"")

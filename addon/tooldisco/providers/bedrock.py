@@ -1,0 +1,249 @@
+"""Amazon Bedrock: Converse (``/model/{id}/converse``, ``/converse-stream``) and InvokeModel with
+Claude bodies (``/model/{id}/invoke``, ``/invoke-with-response-stream``).
+
+Whether the answer streams is in the path, not the body, so adapters are made per request
+form. Streams are AWS event-stream frames (``application/vnd.amazon.eventstream``). Requests
+are SigV4-signed over the body: whoever sends a changed body must re-sign it (``sigv4``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from .. import jsonspan
+from .anthropic import AnthropicAdapter
+from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
+from .common import (
+    append_array,
+    check_unique,
+    load_object,
+    params_of,
+    replace_array,
+    sum_usage,
+    tool_spans,
+)
+from .openai_responses import user_text
+
+_TOOLS = ["toolConfig", "tools"]
+
+
+@functools.lru_cache(maxsize=20_000)
+def _is_spec(raw: str) -> bool:
+    """A ``toolSpec`` entry; the others (``cachePoint``, ``systemTool``) are not ours."""
+    d = json.loads(raw)
+    return isinstance(d, dict) and "toolSpec" in d
+
+
+@functools.lru_cache(maxsize=20_000)
+def parse_tool(raw: str) -> Tool:
+    """One ``{toolSpec:{name, description, inputSchema:{json}}}`` entry."""
+    d = json.loads(raw)
+    spec = d.get("toolSpec") if isinstance(d, dict) else None
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise Unsupported("a toolSpec has no name")
+    desc = spec.get("description")
+    schema = spec.get("inputSchema")
+    params = params_of(schema.get("json") if isinstance(schema, dict) else None)
+    return Tool(spec["name"], raw, desc if isinstance(desc, str) else "", params)
+
+
+def place_structural(original: Sequence[str], raws: Sequence[str]) -> list[str]:
+    """The forwarded ``toolConfig.tools``: ``raws`` (toolSpecs) with the client's other entries placed.
+
+    A cachePoint caches the prefix before it. One that ends the client's list ("cache all my
+    tools") still ends ours, after the phantom and found tools, so it keeps covering the whole
+    tool block; one between the client's tools (a stable group before a volatile one) goes
+    right after the last forwarded tool that preceded it, so it covers the same group.
+    """
+    kept = set(raws)
+    after: dict[str | None, list[str]] = {}  # anchor toolSpec (None: the head) -> entries after it
+    tail: list[str] = []
+    anchor: str | None = None
+    last_spec = max((i for i, raw in enumerate(original) if _is_spec(raw)), default=-1)
+    for i, raw in enumerate(original):
+        if _is_spec(raw):
+            anchor = raw if raw in kept else anchor
+        elif i < last_spec:
+            after.setdefault(anchor, []).append(raw)
+        else:
+            tail.append(raw)
+    out = list(after.get(None, []))
+    for raw in raws:
+        out.append(raw)
+        out += after.get(raw, [])
+    return out + tail
+
+
+@dataclass(frozen=True)
+class ConverseAdapter:
+    stream: bool = False  # /converse-stream
+    api = "bedrock_converse"  # not a field: the same for both forms
+
+    def parse_tool(self, raw: str) -> Tool:
+        return parse_tool(raw)
+
+    def parse(self, body: str) -> RequestView:
+        data = load_object(body)
+        messages = data.get("messages")
+        if not isinstance(messages, list):
+            raise Unsupported("no messages array")
+        tools = tuple(parse_tool(raw) for raw in tool_spans(body, _TOOLS) if _is_spec(raw))
+        check_unique(tools)
+        query, first = "", ""
+        names_by_id: dict[str, str] = {}
+        answered: set[str] = set()
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            blocks = [b for b in m.get("content") or [] if isinstance(b, dict)]
+            if m.get("role") == "user":
+                text = user_text(b.get("text") for b in blocks)
+                if text:
+                    query = text
+                    first = first or text
+                results = [b["toolResult"] for b in blocks if isinstance(b.get("toolResult"), dict)]
+                answered |= {str(r.get("toolUseId")) for r in results}
+            elif m.get("role") == "assistant":
+                for b in blocks:
+                    use = b.get("toolUse")
+                    if isinstance(use, dict):
+                        names_by_id[str(use.get("toolUseId"))] = str(use.get("name"))
+        config = data.get("toolConfig")
+        choice = config.get("toolChoice") if isinstance(config, dict) else None
+        tool = choice.get("tool") if isinstance(choice, dict) else None
+        forced = tool.get("name") if isinstance(tool, dict) else None
+        return RequestView(
+            tools=tools,
+            query=query,
+            first_user=first,
+            used=frozenset(names_by_id[i] for i in answered if i in names_by_id),
+            forced=frozenset([forced] if isinstance(forced, str) else []),  # toolChoice {tool:{name}}
+            stream=self.stream,
+            called_ids=frozenset(names_by_id),
+        )
+
+    def with_tools(self, body: str, raws: Sequence[str]) -> str:
+        tools = place_structural(tool_spans(body, _TOOLS), raws)
+        if jsonspan.find(body, ["toolConfig"]) is None:
+            config = '{"tools":' + jsonspan.array_text(tools) + "}"
+            return jsonspan.set_member(body, jsonspan.root(body), "toolConfig", config)
+        return replace_array(body, _TOOLS, tools)
+
+    def phantom_tool(self, name: str, description: str) -> str:
+        return jsonspan.dumps(
+            {
+                "toolSpec": {
+                    "name": name,
+                    "description": description,
+                    "inputSchema": {
+                        "json": {
+                            "type": "object",
+                            "properties": {"query": {"type": "string", "description": "What to search for."}},
+                            "required": ["query"],
+                        }
+                    },
+                }
+            }
+        )
+
+    def calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        out = []
+        for block in _content(message):
+            use = block.get("toolUse") if isinstance(block, dict) else None
+            if isinstance(use, dict):
+                out.append(ToolCall(str(use.get("toolUseId")), str(use.get("name")), use.get("input")))
+        return out
+
+    def continue_after(
+        self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
+    ) -> str:
+        # The assistant message goes back as it came (signed reasoningContent must stay intact);
+        # every toolUse needs a toolResult with its toolUseId in the next user message. No
+        # ``status``: Bedrock documents it for some model families only; the text says it all.
+        msg = message["output"]["message"]
+        assistant = {"role": msg.get("role", "assistant"), "content": msg.get("content") or []}
+        blocks = [{"toolResult": {"toolUseId": r.call.id, "content": [{"text": r.content}]}} for r in results]
+        user = {"role": "user", "content": blocks}
+        body = append_array(body, ["messages"], [jsonspan.dumps(assistant), jsonspan.dumps(user)])
+        if not add_raws:
+            return body
+        # Found tools go after the forwarded ones, before a trailing cachePoint, as with_tools puts them.
+        current = tool_spans(body, _TOOLS)
+        specs = [raw for raw in current if _is_spec(raw)]
+        return replace_array(body, _TOOLS, place_structural(current, [*specs, *add_raws]))
+
+    def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+        hidden = set(names)
+        out = dict(message)
+        output = dict(message.get("output") or {})
+        msg = dict(output.get("message") or {})
+        msg["content"] = [
+            b
+            for b in _content(message)
+            if not (isinstance(b, dict) and isinstance(b.get("toolUse"), dict) and b["toolUse"].get("name") in hidden)
+        ]
+        output["message"] = msg
+        out["output"] = output
+        if out.get("stopReason") == "tool_use" and not self.calls(out):
+            out["stopReason"] = "end_turn"
+        return out
+
+    def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Content in order; usage and metrics (latencyMs: the client waited for every round) summed."""
+        out = dict(rounds[-1])
+        output = dict(out.get("output") or {})
+        output["message"] = {**(output.get("message") or {}), "content": [b for r in rounds for b in _content(r)]}
+        out["output"] = output
+        for key in ("usage", "metrics"):
+            total = sum_usage(r.get(key) for r in rounds)
+            if total is not None:
+                out[key] = total
+        return out
+
+    def decoder(self) -> StreamDecoder:
+        from ..streams.bedrock import ConverseStreamDecoder
+
+        return ConverseStreamDecoder()
+
+    def encode_stream(self, message: dict[str, Any]) -> bytes:
+        from ..streams.bedrock import encode_converse
+
+        return encode_converse(message)
+
+
+def _content(message: dict[str, Any]) -> list[Any]:
+    output = message.get("output")
+    msg = output.get("message") if isinstance(output, dict) else None
+    content = msg.get("content") if isinstance(msg, dict) else None
+    return content if isinstance(content, list) else []
+
+
+class InvokeAdapter(AnthropicAdapter):
+    """InvokeModel with a Claude body: the Anthropic Messages body and answer, with Bedrock's
+    stream framing, and the stream flag in the path (the body has no ``stream``)."""
+
+    api = "bedrock_invoke"
+
+    def __init__(self, stream: bool = False) -> None:
+        self.stream = stream
+
+    def parse(self, body: str) -> RequestView:
+        # Bedrock requires anthropic_version in a Claude body; other model families (Llama,
+        # Titan, Nova…) have their own bodies, which we do not touch.
+        if "anthropic_version" not in load_object(body):
+            raise Unsupported("not a Claude body (no anthropic_version)")
+        return dataclasses.replace(super().parse(body), stream=self.stream)
+
+    def decoder(self) -> StreamDecoder:
+        from ..streams.bedrock import InvokeStreamDecoder
+
+        return InvokeStreamDecoder()
+
+    def encode_stream(self, message: dict[str, Any]) -> bytes:
+        from ..streams.bedrock import encode_invoke
+
+        return encode_invoke(message)

@@ -1,0 +1,291 @@
+"""Gemini ``generateContent`` / ``streamGenerateContent`` (``/v1beta``, ``/v1``, ``/v1alpha``, Vertex).
+
+One adapter instance per request form: whether the path streams, and in which framing
+(``alt=sse`` or the streamed JSON array), is not in the body, and the client must get back
+the form it asked for. Function declarations are the tools; every other ``tools[]`` entry
+(googleSearch, codeExecution, urlContext…) is not ours and stays as it is, where it is.
+The REST API accepts camelCase and snake_case field names alike, so both are read.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from .. import jsonspan
+from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
+from .common import (
+    append_array,
+    check_unique,
+    load_object,
+    params_of,
+    parsed_tools,
+    replace_array,
+    sum_usage,
+    tool_spans,
+)
+from .openai_responses import user_text
+
+_DECLARATIONS = ("functionDeclarations", "function_declarations")
+# Google's documented thoughtSignature for a function call whose own signature is unavailable.
+STAND_IN_SIGNATURE = "skip_thought_signature_validator"
+
+
+def _field(d: Any, camel: str, snake: str) -> Any:
+    """A field under either spelling (the REST API takes both)."""
+    if not isinstance(d, dict):
+        return None
+    return d[camel] if camel in d else d.get(snake)
+
+
+def _declarations_key(entry: str) -> str | None:
+    """The key holding function declarations in one ``tools[]`` entry, or None."""
+    try:
+        keys = [k for k, _ in jsonspan.members(entry, jsonspan.root(entry))]
+    except ValueError:
+        raise Unsupported("a tools entry is not an object") from None
+    return next((k for k in reversed(keys) if k in _DECLARATIONS), None)
+
+
+def _without(entry: str, key: str) -> str:
+    """The entry object minus one member (other members' bytes kept)."""
+    kept = [f"{json.dumps(k)}:{entry[a:b]}" for k, (a, b) in jsonspan.members(entry, jsonspan.root(entry)) if k != key]
+    return "{" + ",".join(kept) + "}"
+
+
+def _parts(message: dict[str, Any]) -> list[Any]:
+    candidates = message.get("candidates") or []
+    content = candidates[0].get("content") if candidates and isinstance(candidates[0], dict) else None
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return parts if isinstance(parts, list) else []
+
+
+def _calls_in(parts: Iterable[Any]) -> list[tuple[ToolCall, dict[str, Any]]]:
+    """Each functionCall among ``parts`` with its call object. The API gives calls an ``id``
+    only sometimes; without one, ``name#n`` (n: its rank among the calls) stands in."""
+    out: list[tuple[ToolCall, dict[str, Any]]] = []
+    for part in parts:
+        call = _field(part, "functionCall", "function_call")
+        if not isinstance(call, dict):
+            continue
+        name = str(call.get("name"))
+        given = call.get("id")
+        call_id = given if isinstance(given, str) and given else f"{name}#{len(out)}"
+        args = call.get("args")
+        out.append((ToolCall(call_id, name, args if args is not None else {}), call))
+    return out
+
+
+def _call_parts(message: dict[str, Any]) -> list[tuple[ToolCall, dict[str, Any]]]:
+    return _calls_in(_parts(message))
+
+
+def _by_modality(lists: Iterable[Any]) -> list[dict[str, Any]]:
+    """``*TokensDetails`` lists (``[{modality, tokenCount}]``) summed modality by modality."""
+    counts: dict[Any, int] = {}
+    for details in lists:
+        for d in details if isinstance(details, list) else []:
+            if isinstance(d, dict) and isinstance(d.get("tokenCount"), int):
+                counts[d.get("modality")] = counts.get(d.get("modality"), 0) + d["tokenCount"]
+    return [{"modality": m, "tokenCount": n} for m, n in counts.items()]
+
+
+@functools.lru_cache(maxsize=20_000)
+def parse_tool(raw: str) -> Tool:
+    """One function declaration (``{name, description, parameters | parametersJsonSchema}``)."""
+    d = json.loads(raw)
+    if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+        raise Unsupported("a function declaration has no name")
+    desc = d.get("description")
+    schema = d.get("parameters") or _field(d, "parametersJsonSchema", "parameters_json_schema")
+    return Tool(d["name"], raw, desc if isinstance(desc, str) else "", params_of(schema))
+
+
+@dataclass(frozen=True)
+class GeminiAdapter:
+    stream: bool = False  # :streamGenerateContent
+    sse: bool = True  # with ?alt=sse; else the stream is one JSON array
+    api = "gemini"  # not a field: the same for every form
+
+    def parse_tool(self, raw: str) -> Tool:
+        return parse_tool(raw)
+
+    def _entries(self, body: str) -> list[tuple[str, str | None]]:
+        """Each ``tools[]`` entry's text with its declarations key (None: not a function entry)."""
+        return [(raw, _declarations_key(raw)) for raw in tool_spans(body, ["tools"])]
+
+    def parse(self, body: str) -> RequestView:
+        data = load_object(body)
+        contents = data.get("contents")
+        if not isinstance(contents, list):
+            raise Unsupported("no contents array")
+        tools: list[Tool] = []
+        for i, (_, key) in enumerate(self._entries(body)):
+            if key is not None:
+                tools += parsed_tools(body, ["tools", i, key], parse_tool)
+        check_unique(tools)
+        query, first = "", ""
+        called: dict[str, str] = {}  # call id (given or stand-in) -> name
+        answered: set[str] = set()
+        for content in contents:
+            if not isinstance(content, dict):
+                continue
+            parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
+            if content.get("role", "user") == "user":  # a content without a role is the user's
+                # Thought parts and functionResponse parts are not the user's words.
+                text = user_text(p.get("text") for p in parts if not p.get("thought"))
+                if text:
+                    query = text
+                    first = first or text
+                for p in parts:
+                    response = _field(p, "functionResponse", "function_response")
+                    if isinstance(response, dict):
+                        answered.add(str(response.get("name")))
+            else:
+                for call, _ in _calls_in(parts):
+                    called[call.id] = call.name
+        config = _field(_field(data, "toolConfig", "tool_config"), "functionCallingConfig", "function_calling_config")
+        allowed = _field(config, "allowedFunctionNames", "allowed_function_names")
+        return RequestView(
+            tools=tuple(tools),
+            query=query,
+            first_user=first,
+            # A functionResponse names the function it answers (its id is optional).
+            used=frozenset(n for n in called.values() if n in answered),
+            # Mode ANY / VALIDATED: every allowed name must be declared, or the API answers 400.
+            forced=frozenset(n for n in allowed or [] if isinstance(n, str)),
+            stream=self.stream,
+            called_ids=frozenset(called),
+        )
+
+    def with_tools(self, body: str, raws: Sequence[str]) -> str:
+        """Declarations go, in the given order, into the first function entry (at its place);
+        further function entries are folded into it (one entry is what the API documents and
+        what Gemini CLI sends): a function-only entry disappears, a mixed one loses only its
+        declarations. Other entries are kept byte-identical where they were."""
+        out: list[str] = []
+        placed = False
+        for raw, key in self._entries(body):
+            if key is None:
+                out.append(raw)
+                continue
+            rest = [k for k, _ in jsonspan.members(raw, jsonspan.root(raw)) if k != key]
+            if not placed and raws:
+                out.append(jsonspan.set_member(raw, jsonspan.root(raw), key, jsonspan.array_text(raws)))
+            elif rest:
+                out.append(_without(raw, key))
+            placed = True
+        if not placed and raws:
+            out.append('{"functionDeclarations":' + jsonspan.array_text(raws) + "}")
+        if not out and jsonspan.find(body, ["tools"]) is None:
+            return body
+        return replace_array(body, ["tools"], out)
+
+    def phantom_tool(self, name: str, description: str) -> str:
+        # ``parameters`` (OpenAPI subset, upper-case types) is accepted by every API version;
+        # ``parametersJsonSchema`` is newer.
+        return jsonspan.dumps(
+            {
+                "name": name,
+                "description": description,
+                "parameters": {
+                    "type": "OBJECT",
+                    "properties": {"query": {"type": "STRING", "description": "What to search for."}},
+                    "required": ["query"],
+                },
+            }
+        )
+
+    def calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        return [call for call, _ in _call_parts(message)]
+
+    def continue_after(
+        self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
+    ) -> str:
+        # The model turn goes back exactly as it came: Gemini 3 rejects function-call parts
+        # that lost their thoughtSignature, and thought parts carry the reasoning.
+        content = dict(message["candidates"][0]["content"])
+        content["role"] = "model"
+        calls = {call.id: raw for call, raw in _call_parts(message)}
+        parts = []
+        for r in results:
+            response: dict[str, Any] = {"name": r.call.name}
+            given = calls.get(r.call.id, {}).get("id")
+            if given:
+                response["id"] = given  # echoed only when the model gave the call an id
+            # The API reads "output" as the function's output and "error" as its failure.
+            response["response"] = {"error": r.content} if r.is_error else {"output": r.content}
+            parts.append({"functionResponse": response})
+        turns = [jsonspan.dumps(content), jsonspan.dumps({"role": "user", "parts": parts})]
+        body = append_array(body, ["contents"], turns)
+        return self._add_declarations(body, add_raws) if add_raws else body
+
+    def _add_declarations(self, body: str, raws: Sequence[str]) -> str:
+        for i, (_, key) in enumerate(self._entries(body)):
+            span = jsonspan.find(body, ["tools", i, key]) if key is not None else None
+            if span is not None:
+                return jsonspan.append_to_array(body, span, raws)
+        return append_array(body, ["tools"], ['{"functionDeclarations":' + jsonspan.array_text(raws) + "}"])
+
+    def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+        """Phantom functionCall parts leave; ``finishReason`` is STOP for calls too, so it stays.
+
+        Gemini 3 signs only the first functionCall of a step and rejects a replayed step whose
+        first call is unsigned; a signature must come back in the very part it came in. So when
+        the phantom call held it, the next kept call gets Google's documented stand-in.
+        """
+        hidden = set(names)
+        out = dict(message)
+        candidates = []
+        for candidate in message.get("candidates") or []:
+            content = candidate.get("content") if isinstance(candidate, dict) else None
+            if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
+                candidates.append(candidate)
+                continue
+            kept: list[Any] = []
+            unsigned = False  # a removed phantom call held the step's signature
+            for part in content["parts"]:
+                call = _field(part, "functionCall", "function_call")
+                if isinstance(call, dict) and call.get("name") in hidden:
+                    unsigned = unsigned or "thoughtSignature" in part
+                    continue
+                if isinstance(call, dict) and unsigned:
+                    if "thoughtSignature" not in part:
+                        part = {**part, "thoughtSignature": STAND_IN_SIGNATURE}
+                    unsigned = False
+                kept.append(part)
+            candidates.append({**candidate, "content": {**content, "parts": kept}})
+        out["candidates"] = candidates
+        return out
+
+    def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """Parts of the first candidate in order, usage summed (details per modality);
+        ``responseId`` is round one's, the rest is the last round's."""
+        out = dict(rounds[-1])
+        if "responseId" in rounds[0]:
+            out["responseId"] = rounds[0]["responseId"]
+        candidates = out.get("candidates") or []
+        if candidates and isinstance(candidates[0], dict):
+            first = dict(candidates[0])
+            first["content"] = {**(first.get("content") or {}), "parts": [p for r in rounds for p in _parts(r)]}
+            out["candidates"] = [first, *candidates[1:]]
+        usages: list[dict[str, Any]] = [u for r in rounds if isinstance(u := r.get("usageMetadata"), dict)]
+        usage = sum_usage(usages)
+        if usage is not None:
+            for key, value in usage.items():
+                if isinstance(value, list):
+                    usage[key] = _by_modality(u.get(key) for u in usages)
+            out["usageMetadata"] = usage
+        return out
+
+    def decoder(self) -> StreamDecoder:
+        from ..streams.gemini import GeminiStreamDecoder
+
+        return GeminiStreamDecoder()
+
+    def encode_stream(self, message: dict[str, Any]) -> bytes:
+        from ..streams.gemini import encode
+
+        return encode(message, sse=self.sse)

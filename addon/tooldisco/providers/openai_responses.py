@@ -1,0 +1,297 @@
+"""OpenAI Responses (``POST /v1/responses``; Azure ``/openai/responses``, ``/openai/v1/responses``).
+
+Codex CLI speaks only this API. Tools are flat (``{type:"function", name, parameters…}``);
+everything that is not a plain function (namespaces of MCP tools, tool_search, hosted and
+client built-ins) passes through pinned. A re-forward continues the conversation in one of
+three ways, depending on where the conversation lives (see ``continue_after``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from typing import Any, Iterable, Iterator, Sequence
+
+from .. import jsonspan
+from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
+from .common import (
+    append_array,
+    check_unique,
+    clean_text,
+    load_object,
+    params_of,
+    parse_arguments,
+    parsed_tools,
+    replace_array,
+    sum_usage,
+)
+from .openai_chat import forced_names
+
+_CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
+_OPEN_TAG = re.compile(r"<([A-Za-z_][\w.:-]*)(?:\s[^>]*)?>")
+# Codex wraps the project's AGENTS.md in a user message that starts with this heading.
+_AGENTS_MD = "# AGENTS.md instructions for "
+
+
+def _blocks_only(text: str) -> bool:
+    """True when ``text`` is nothing but ``<tag>…</tag>`` blocks (scanned, no regex backtracking)."""
+    rest = text.strip()
+    if not rest:
+        return False
+    while rest:
+        opening = _OPEN_TAG.match(rest)
+        if opening is None:
+            return False
+        closing = f"</{opening.group(1)}>"
+        end = rest.find(closing, opening.end())
+        if end < 0:
+            return False
+        rest = rest[end + len(closing) :].lstrip()
+    return True
+
+
+def injected(text: str) -> bool:
+    """Context an agent injects as a user turn, not the user's words: Codex sends
+    ``<environment_context>``, ``<user_instructions>``, ``<recommended_plugins>`` blocks and the
+    ``# AGENTS.md instructions for …`` wrapper as user messages."""
+    return text.startswith(_AGENTS_MD) or _blocks_only(text)
+
+
+def user_text(texts: Iterable[Any]) -> str:
+    """The user's own words among a message's text parts: reminders removed, injected parts skipped."""
+    kept = [t for t in (clean_text(p) for p in texts if isinstance(p, str)) if t and not injected(t)]
+    return "\n".join(kept)
+
+
+def _message_texts(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "input_text"]
+
+
+def _qualified(item: dict[str, Any]) -> str:
+    """A call's tool name; a call inside a namespace (Codex's MCP servers) is ``namespace/name``, so
+    it can never be taken for the top-level phantom tool."""
+    name = str(item.get("name"))
+    namespace = item.get("namespace")
+    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+
+
+@functools.lru_cache(maxsize=20_000)
+def parse_tool(raw: str) -> Tool:
+    d = json.loads(raw)
+    if not isinstance(d, dict):
+        raise Unsupported("a tool is not an object")
+    kind = d.get("type")
+    if kind != "function":
+        # namespace, tool_search, web_search, file_search, mcp, shell, local_shell, apply_patch, custom,
+        # computer_use_preview, image_generation, code_interpreter…: the API's or the client's own.
+        name = d.get("name") or d.get("server_label") or f"<{kind}>"
+        return Tool(str(name), raw, pinned="builtin")
+    if not isinstance(d.get("name"), str):
+        raise Unsupported("a function tool has no name")
+    desc = d.get("description")
+    # defer_loading functions are already hidden behind the client's own tool_search.
+    pinned = "client_deferred" if d.get("defer_loading") is True else None
+    return Tool(d["name"], raw, desc if isinstance(desc, str) else "", params_of(d.get("parameters")), pinned)
+
+
+def _stored(data: dict[str, Any]) -> bool:
+    return data.get("store") is not False  # the API stores responses unless told not to
+
+
+def _replay(output: Any, stored: bool) -> Iterator[dict[str, Any]]:
+    """Round-one output items as the next round's input.
+
+    Stored: as they came, ids resolve server-side. ``store:false``: nothing was persisted, so an
+    item id is a dangling reference (OpenAI: "Item with id 'rs_…' not found", Azure rejects it):
+    ids go, a message goes as an input message (no id, no status: what Codex, the store:false
+    client, sends), and a reasoning item without ``encrypted_content`` carries nothing and goes.
+    """
+    for item in output if isinstance(output, list) else []:
+        if not isinstance(item, dict):
+            continue
+        if stored:
+            yield item
+        elif not (item.get("type") == "reasoning" and not item.get("encrypted_content")):
+            drop = ("id", "status") if item.get("type") == "message" else ("id",)
+            yield {k: v for k, v in item.items() if k not in drop}
+
+
+def _orphaned_reasoning(output: list[Any], removed: set[int]) -> set[int]:
+    """Reasoning items whose whole step (the items up to the next reasoning item) was removed.
+
+    The API rejects a replayed reasoning item without its following item, so a reasoning item
+    that only led to phantom calls leaves with them; one that also led to a kept call stays.
+    """
+    orphans = set()
+    for i, item in enumerate(output):
+        if not (isinstance(item, dict) and item.get("type") == "reasoning"):
+            continue
+        step = []
+        for j in range(i + 1, len(output)):
+            if isinstance(output[j], dict) and output[j].get("type") == "reasoning":
+                break
+            step.append(j)
+        if step and all(j in removed for j in step):
+            orphans.add(i)
+    return orphans
+
+
+class OpenAIResponsesAdapter:
+    api = "openai_responses"
+
+    def parse_tool(self, raw: str) -> Tool:
+        return parse_tool(raw)
+
+    def parse(self, body: str) -> RequestView:
+        data = load_object(body)
+        items = data.get("input", [])
+        if isinstance(items, str):
+            items = [{"role": "user", "content": items}]
+        if not isinstance(items, list):
+            raise Unsupported("input is neither text nor a list of items")
+        tools = parsed_tools(body, ["tools"], parse_tool)
+        check_unique(tools)
+        query, first = "", ""
+        names_by_call: dict[str, str] = {}
+        answered: set[str] = set()
+        for item in items:
+            if not isinstance(item, dict):
+                continue
+            kind = item.get("type", "message")  # easy input messages may leave the type out
+            if kind == "message" and item.get("role") == "user":
+                text = user_text(_message_texts(item.get("content")))
+                if text:
+                    query = text
+                    first = first or text
+            elif kind in _CALLS:
+                # A namespaced call uses its namespace, which is the entry in tools[].
+                namespace = item.get("namespace")
+                name = namespace if isinstance(namespace, str) and namespace else item.get("name")
+                names_by_call[str(item.get("call_id"))] = str(name)
+            elif kind in _CALLS.values():
+                answered.add(str(item.get("call_id")))
+        hint = data.get("prompt_cache_key")
+        return RequestView(
+            tools=tools,
+            query=query,
+            first_user=first,
+            used=frozenset(names_by_call[c] for c in answered if c in names_by_call),
+            # {type:"function", name} and {type:"allowed_tools", tools:[{type:"function", name}]}
+            forced=frozenset(forced_names(data.get("tool_choice"))),
+            stream=data.get("stream") is True,
+            session_hint=hint if isinstance(hint, str) and hint else None,
+            called_ids=frozenset(names_by_call),
+        )
+
+    def with_tools(self, body: str, raws: Sequence[str]) -> str:
+        return replace_array(body, ["tools"], raws)
+
+    def phantom_tool(self, name: str, description: str) -> str:
+        # A strict-compatible schema (all properties required, no others), so whether the API
+        # applies strict mode by default or not, the definition is accepted.
+        return jsonspan.dumps(
+            {
+                "type": "function",
+                "name": name,
+                "description": description,
+                "parameters": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string", "description": "What to search for."}},
+                    "required": ["query"],
+                    "additionalProperties": False,
+                },
+            }
+        )
+
+    def calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        return [
+            ToolCall(str(item.get("call_id")), _qualified(item), parse_arguments(item.get("arguments")))
+            for item in message.get("output") or []
+            if isinstance(item, dict) and item.get("type") == "function_call"
+        ]
+
+    def continue_after(
+        self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
+    ) -> str:
+        """The rule, by where the conversation lives:
+
+        - stored chain (``previous_response_id`` and not ``store:false``): round one is stored with
+          a function_call lacking its output, so the next round points ``previous_response_id`` at
+          round one and sends only the outputs. The final response then chains client turn ->
+          round one -> … -> final, and the client's next turn can continue from the final id;
+        - ``conversation``: the server appends each round's items to the conversation itself,
+          so again only the outputs are sent;
+        - otherwise stateless: the full input, then round one's output items (reasoning included,
+          with its encrypted_content), then the outputs. A string input becomes a user message.
+        """
+        data = load_object(body)
+        # Every function_call needs its function_call_output (same call_id) in the next input.
+        outputs = [
+            jsonspan.dumps({"type": "function_call_output", "call_id": r.call.id, "output": r.content})
+            for r in results
+        ]
+        if data.get("previous_response_id") and _stored(data) and isinstance(message.get("id"), str):
+            body = jsonspan.set_member(body, jsonspan.root(body), "previous_response_id", jsonspan.dumps(message["id"]))
+            body = replace_array(body, ["input"], outputs)
+        elif data.get("conversation") is not None:
+            body = replace_array(body, ["input"], outputs)
+        else:
+            span = jsonspan.find(body, ["input"])
+            if span is not None and isinstance(data.get("input"), str):
+                # The original string's bytes are kept, only wrapped into a user message item.
+                body = jsonspan.replace(body, span, '[{"role":"user","content":' + body[span[0] : span[1]] + "}]")
+            replay = [jsonspan.dumps(item) for item in _replay(message.get("output"), _stored(data))]
+            body = append_array(body, ["input"], replay + outputs)
+        return append_array(body, ["tools"], add_raws) if add_raws else body
+
+    def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+        """Phantom calls leave the output (with reasoning that led only to them) and the echoed
+        ``tools``. Responses has no tool stop reason: the status stays as it is."""
+        hidden = set(names)
+        output = list(message.get("output") or [])
+        removed = {
+            i
+            for i, item in enumerate(output)
+            if isinstance(item, dict) and item.get("type") == "function_call" and _qualified(item) in hidden
+        }
+        removed |= _orphaned_reasoning(output, removed)
+        out = dict(message)
+        out["output"] = [item for i, item in enumerate(output) if i not in removed]
+        if isinstance(message.get("tools"), list):
+            out["tools"] = [
+                t
+                for t in message["tools"]
+                if not (isinstance(t, dict) and t.get("type") == "function" and t.get("name") in hidden)
+            ]
+        return out
+
+    def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """One Response: outputs in order, usage summed, the last round's id.
+
+        The last id because with storage it is the response the server holds with the whole
+        chain behind it (the client's next ``previous_response_id``); without storage no id
+        resolves anyway. ``previous_response_id`` is the client's own, from round one.
+        """
+        out = dict(rounds[-1])
+        if "previous_response_id" in rounds[0] or "previous_response_id" in out:
+            out["previous_response_id"] = rounds[0].get("previous_response_id")
+        out["output"] = [item for r in rounds for item in r.get("output") or []]
+        usage = sum_usage(r.get("usage") for r in rounds)
+        if usage is not None:
+            out["usage"] = usage
+        return out
+
+    def decoder(self) -> StreamDecoder:
+        from ..streams.openai_responses import ResponsesStreamDecoder
+
+        return ResponsesStreamDecoder()
+
+    def encode_stream(self, message: dict[str, Any]) -> bytes:
+        from ..streams.openai_responses import encode
+
+        return encode(message)
