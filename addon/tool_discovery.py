@@ -92,6 +92,28 @@ class ToolDiscovery:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         # map_remote rewrites the host in the request hook: remember what the client asked for.
         flow.metadata[META_HOST] = flow.request.pretty_host
+        if flow.request.headers.get("upgrade", "").lower() == "websocket":
+            self._websocket(flow)
+
+    def _websocket(self, flow: http.HTTPFlow) -> None:
+        """Codex opens a WebSocket to ``/v1/responses`` first; tool discovery runs on HTTP only.
+        Refusing the upgrade makes it fall back to HTTP SSE; ``websocket: passthrough`` lets it
+        through unprocessed, and says so."""
+        engine = self.engine
+        host = flow.metadata[META_HOST]
+        if engine is None or not engine.adapter_for(host, "POST", flow.request.path):
+            return
+        if engine.config.websocket == "refuse":
+            log.info("refusing a WebSocket upgrade to %s%s: clients fall back to HTTP", host, flow.request.path)
+            flow.response = http.Response.make(
+                404,
+                b'{"error":{"type":"invalid_request_error","message":"WebSocket transport is not available '
+                b'through this proxy; use HTTP"}}',
+                {"content-type": "application/json"},
+            )
+        else:
+            log.warning("WebSocket to %s%s passes through without tool discovery (websocket: passthrough)",
+                        host, flow.request.path)
 
     async def request(self, flow: http.HTTPFlow) -> None:
         engine = self.engine

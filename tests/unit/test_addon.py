@@ -107,3 +107,28 @@ def test_streams_live_unless_the_loop_may_need_the_answer(tmp_path):
         g.metadata[tool_discovery.META_CONTEXT] = object()
         addon.responseheaders(g)
         assert not g.response.stream
+
+
+def ws_flow(path="/v1/responses"):
+    req = tutils.treq(host="api.openai.com", port=443, scheme=b"https", path=path.encode(), method=b"GET",
+                      headers=[(b"upgrade", b"websocket"), (b"connection", b"Upgrade")], content=b"")
+    return tflow.tflow(req=req)
+
+
+@pytest.mark.parametrize("mode, refused", [("refuse", True), ("passthrough", False)])
+def test_websocket_upgrade_refused_or_reported(tmp_path, caplog, mode, refused):
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=write(tmp_path, f"""
+pipes: {{tool_discovery: {{enabled: true, strategy: tool-search}}}}
+websocket: {mode}
+sessions: {{dir: {tmp_path}/s}}
+"""))
+        f = ws_flow()
+        addon.requestheaders(f)
+        assert (f.response is not None and f.response.status_code == 404) is refused
+        if not refused:
+            assert "passes through without tool discovery" in caplog.text
+        other = ws_flow("/some/other/socket")
+        addon.requestheaders(other)
+        assert other.response is None
