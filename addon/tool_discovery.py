@@ -106,7 +106,7 @@ class ToolDiscovery:
         if engine.config.websocket == "refuse":
             log.info("refusing a WebSocket upgrade to %s%s: clients fall back to HTTP", host, flow.request.path)
             flow.response = http.Response.make(
-                404,
+                426,  # Upgrade Required: Codex falls back to HTTP after one attempt (measured)
                 b'{"error":{"type":"invalid_request_error","message":"WebSocket transport is not available '
                 b'through this proxy; use HTTP"}}',
                 {"content-type": "application/json"},

@@ -73,6 +73,7 @@ class Conversation:
     last_user_text: str
     body: dict[str, Any]
     raw_text: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)  # provider-specific context for ``render``
 
     def offered(self, name: str) -> bool:
         return name in self.tools
@@ -175,9 +176,18 @@ def split_text(text: str, pieces: int = 4) -> list[str]:
     return [frag if i == len(out) - 1 else frag + " " for i, frag in enumerate(out)]
 
 
+def compact_json(value: Any) -> str:
+    """``value`` as compact JSON (how the APIs write tool-call arguments)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 def split_json(value: Any, pieces: int = 3) -> list[str]:
     """JSON-encode ``value`` and cut it into ``pieces`` raw fragments (like input_json_delta)."""
-    text = json.dumps(value, separators=(",", ":"))
+    return split_raw(compact_json(value), pieces)
+
+
+def split_raw(text: str, pieces: int = 3) -> list[str]:
+    """Cut ``text`` into about ``pieces`` fragments at arbitrary points."""
     size = max(1, -(-len(text) // pieces))
     return [text[i : i + size] for i in range(0, len(text), size)]
 

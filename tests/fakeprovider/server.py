@@ -4,9 +4,16 @@ Plain HTTP/1.1 with keep-alive on 127.0.0.1. JSON responses carry Content-Length
 streams use chunked transfer encoding, one chunk per event, written and flushed as
 produced, with ``stream_delay`` seconds between events.
 
+WebSocket upgrades (Codex tries ``GET /v1/responses`` with ``Upgrade: websocket`` first)
+are refused the way a server without WebSocket support refuses them: no ``101``, an
+ordinary HTTP error (``websocket_status``, default 405 with ``Allow: POST``, what an
+HTTP-only server says to a GET on a POST route). Codex 0.169 then retries the upgrade six
+times (~7 s) before it falls back to HTTP SSE; with 426 it falls back at once. Upgrades are
+recorded with ``api=None`` so they do not count as API requests (``nth``).
+
 Control endpoints (for out-of-process use; never recorded):
 ``GET /_requests[?since=N]``, ``POST /_reset``, ``GET|POST /_script``,
-``POST /_settings`` (``{"stream_delay": 0.05}``), ``GET /_health``.
+``POST /_settings`` (``{"stream_delay": 0.05, "websocket_status": 405}``), ``GET /_health``.
 """
 
 from __future__ import annotations
@@ -131,6 +138,8 @@ class FakeProvider:
         self.host = host
         self.requested_port = port
         self.stream_delay = stream_delay
+        #: status for refused WebSocket upgrades (405: an HTTP-only server's "GET not allowed here")
+        self.websocket_status = 405
         self.providers = providers if providers is not None else PROVIDERS
         self.script = Script()
         self._requests: list[RecordedRequest] = []
@@ -202,7 +211,8 @@ class FakeProvider:
             return list(self._requests)
 
     def api_requests(self, api: str | None = None) -> list[RecordedRequest]:
-        """Recorded requests that reached an API (optionally one API: "anthropic", "openai-chat")."""
+        """Recorded requests that reached an API (optionally one: "anthropic", "openai-chat",
+        "openai-responses", "gemini", "bedrock-converse", "bedrock-invoke")."""
         return [r for r in self.requests if r.api is not None and (api is None or r.api == api)]
 
     def last_request(self) -> RecordedRequest:
@@ -297,6 +307,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._control(path, query, body)
             return
         fake = self.fake
+        if self.headers.get("Upgrade", "").strip().lower() == "websocket":
+            self._refuse_websocket(path, query, body)
+            return
         provider, route = next(
             ((p, r) for p in fake.providers if (r := p.match(self.command, path)) is not None), (None, None)
         )
@@ -343,10 +356,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, provider: Provider, route: dict[str, str], rec: RecordedRequest, query: str) -> Response:
         """Auth, JSON, validation, then the script; errors in the provider's shape."""
-        incoming = Incoming(self.command, rec.path, parse_qs(query, keep_blank_values=True), self.headers, rec.body)
+        query_params = parse_qs(query, keep_blank_values=True)
+        incoming = Incoming(self.command, rec.path, query_params, self.headers, rec.body, query)
         try:
-            if not provider.authenticated(incoming):
-                raise ApiError(401, "invalid x-api-key: no credentials (x-api-key or Authorization) sent")
+            provider.check_auth(incoming)
             try:
                 rec.content = _decode(rec.body, self.headers.get("Content-Encoding", ""))
                 rec.json = json.loads(rec.content)
@@ -370,6 +383,21 @@ class _Handler(BaseHTTPRequestHandler):
         except ApiError as err:
             rec.error = err.message
             return provider.error_response(err)
+
+    def _refuse_websocket(self, path: str, query: str, body: bytes) -> None:
+        """Answer an upgrade request as an HTTP-only server does (the client falls back to HTTP)."""
+        rec = RecordedRequest(0, self.command, path, query, list(self.headers.items()), body, body)
+        self.fake._record(rec, False)
+        status = self.fake.websocket_status
+        message = f"{self.command} {path}: WebSocket upgrades are not supported by this server"
+        rec.error = message
+        headers = {"Allow": "POST"} if status == 405 else {}
+        try:
+            self._send_json(
+                rec, JsonResponse(status, {"error": {"type": "invalid_request_error", "message": message}}, headers)
+            )
+        finally:
+            self.fake._finish(rec)
 
     # --- response -----------------------------------------------------------------------
 
@@ -432,7 +460,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/_settings" and self.command == "POST":
                 if "stream_delay" in data:
                     fake.stream_delay = float(data["stream_delay"])
-                out = {"ok": True, "stream_delay": fake.stream_delay}
+                if "websocket_status" in data:
+                    fake.websocket_status = int(data["websocket_status"])
+                out = {"ok": True, "stream_delay": fake.stream_delay, "websocket_status": fake.websocket_status}
             else:
                 status, out = 404, {"ok": False, "error": f"no control endpoint {self.command} {path}"}
         except (ValueError, TypeError, KeyError) as exc:

@@ -126,7 +126,7 @@ sessions: {{dir: {tmp_path}/s}}
 """))
         f = ws_flow()
         addon.requestheaders(f)
-        assert (f.response is not None and f.response.status_code == 404) is refused
+        assert (f.response is not None and f.response.status_code == 426) is refused
         if not refused:
             assert "passes through without tool discovery" in caplog.text
         other = ws_flow("/some/other/socket")

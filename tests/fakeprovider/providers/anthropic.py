@@ -209,28 +209,30 @@ class AnthropicMessages(Provider):
         }
 
     def render(self, reply: Reply, conv: Conversation) -> Response:
-        msg_id = new_id("msg_")
-        stop_reason = "tool_use" if reply.stop_for_tools else "end_turn"
         headers = {"request-id": new_id("req_")}
         if not conv.stream:
-            content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
-            content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in reply.calls]
-            body = {
-                "id": msg_id,
-                "type": "message",
-                "role": "assistant",
-                "model": conv.model,
-                "content": content or [{"type": "text", "text": ""}],
-                "stop_reason": stop_reason,
-                "stop_sequence": None,
-                "usage": self._usage(reply),
-            }
-            return JsonResponse(200, body, headers)
-        return StreamResponse(self._events(reply, conv, msg_id, stop_reason), headers=headers)
+            return JsonResponse(200, self.message(reply, conv), headers)
+        return StreamResponse((sse(name, data) for name, data in self.events(reply, conv)), headers=headers)
 
-    def _events(self, reply: Reply, conv: Conversation, msg_id: str, stop_reason: str) -> Iterator[bytes]:
+    def message(self, reply: Reply, conv: Conversation) -> dict[str, Any]:
+        """The complete (non-streamed) Message body for ``reply``."""
+        content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+        content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in reply.calls]
+        return {
+            "id": new_id("msg_"),
+            "type": "message",
+            "role": "assistant",
+            "model": conv.model,
+            "content": content or [{"type": "text", "text": ""}],
+            "stop_reason": "tool_use" if reply.stop_for_tools else "end_turn",
+            "stop_sequence": None,
+            "usage": self._usage(reply),
+        }
+
+    def events(self, reply: Reply, conv: Conversation) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The stream as (event name, data) pairs (Bedrock's InvokeModel stream wraps the same events)."""
         start: dict[str, Any] = {
-            "id": msg_id,
+            "id": new_id("msg_"),
             "type": "message",
             "role": "assistant",
             "model": conv.model,
@@ -239,30 +241,27 @@ class AnthropicMessages(Provider):
             "stop_sequence": None,
             "usage": self._usage(reply, output_tokens=1),
         }
-        yield sse("message_start", {"type": "message_start", "message": start})
-        yield sse("ping", {"type": "ping"})
+        yield "message_start", {"type": "message_start", "message": start}
+        yield "ping", {"type": "ping"}
         index = 0
         if reply.text:
-            yield sse(
-                "content_block_start",
-                {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
-            )
+            block: dict[str, Any] = {"type": "text", "text": ""}
+            yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
             for frag in split_text(reply.text):
-                yield sse(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": frag}},
-                )
-            yield sse("content_block_stop", {"type": "content_block_stop", "index": index})
+                delta = {"type": "text_delta", "text": frag}
+                yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
             index += 1
         for c in reply.calls:
             block = {"type": "tool_use", "id": c.id, "name": c.name, "input": {}}
-            yield sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
+            yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
             for frag in [""] + split_json(c.arguments):
                 delta = {"type": "input_json_delta", "partial_json": frag}
-                yield sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-            yield sse("content_block_stop", {"type": "content_block_stop", "index": index})
+                yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
             index += 1
-        yield sse(
+        stop_reason = "tool_use" if reply.stop_for_tools else "end_turn"
+        yield (
             "message_delta",
             {
                 "type": "message_delta",
@@ -270,7 +269,7 @@ class AnthropicMessages(Provider):
                 "usage": {"output_tokens": reply.usage.output_tokens},
             },
         )
-        yield sse("message_stop", {"type": "message_stop"})
+        yield "message_stop", {"type": "message_stop"}
 
     def error_response(self, err: ApiError) -> JsonResponse:
         req_id = new_id("req_")

@@ -31,6 +31,7 @@ class Incoming:
     query: dict[str, list[str]]
     headers: Message
     body: bytes
+    raw_query: str = ""  # the query string as received (still percent-encoded)
 
 
 class Provider(ABC):
@@ -48,6 +49,11 @@ class Provider(ABC):
     def authenticated(self, req: Incoming) -> bool:
         """Whether the request carries credentials (any value; the fake checks presence only)."""
         return bool(req.headers.get("x-api-key") or req.headers.get("authorization"))
+
+    def check_auth(self, req: Incoming) -> None:
+        """Raise :class:`ApiError` unless the request is authenticated (override for real checks)."""
+        if not self.authenticated(req):
+            raise ApiError(401, "invalid x-api-key: no credentials (x-api-key or Authorization) sent")
 
     @abstractmethod
     def parse(self, body: Any, req: Incoming, route: dict[str, str]) -> Conversation:

@@ -256,18 +256,28 @@ class OpenAIChat(Provider):
         yield sse(None, "[DONE]")
 
     def error_response(self, err: ApiError) -> JsonResponse:
-        kind = {
-            400: "invalid_request_error",
-            401: "invalid_request_error",
-            404: "invalid_request_error",
-            429: "rate_limit_exceeded",
-        }.get(err.status, "server_error")
-        code = "invalid_api_key" if err.status == 401 else None
-        body = {"error": {"message": err.message, "type": kind, "param": err.param, "code": code}}
-        return JsonResponse(err.status, body, {"x-request-id": new_id("req_")})
+        return openai_error(err)
 
     def invalid_json(self) -> ApiError:
-        return bad(
-            "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP "
-            "library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)"
-        )
+        return openai_invalid_json()
+
+
+def openai_error(err: ApiError) -> JsonResponse:
+    """An OpenAI API error body (shared by Chat Completions and Responses)."""
+    kind = {
+        400: "invalid_request_error",
+        401: "invalid_request_error",
+        404: "invalid_request_error",
+        429: "rate_limit_exceeded",
+    }.get(err.status, "server_error")
+    code = "invalid_api_key" if err.status == 401 else None
+    body = {"error": {"message": err.message, "type": kind, "param": err.param, "code": code}}
+    return JsonResponse(err.status, body, {"x-request-id": new_id("req_")})
+
+
+def openai_invalid_json() -> ApiError:
+    """OpenAI's answer to a body that is not JSON."""
+    return bad(
+        "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP "
+        "library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)"
+    )

@@ -1,0 +1,422 @@
+"""OpenAI Responses API: ``POST /v1/responses`` (JSON or SSE), with ``previous_response_id``.
+
+Tools: flat ``function`` / ``custom`` tools, ``namespace`` tools (their nested functions are
+offered as ``NAMESPACE.NAME``; a call to one is a ``function_call`` with ``namespace`` and the
+plain ``name``, as Codex expects), and hosted tools (``web_search``, ``mcp``, ...) that offer
+no name. Responses are stored (``store`` defaults to true, as in the real API) so a later
+request can chain with ``previous_response_id``; a chained function call without an output
+fails with "No tool output found for function call ...".
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+from ..model import (
+    ApiError,
+    Conversation,
+    JsonResponse,
+    Reply,
+    Response,
+    StreamResponse,
+    ToolCall,
+    ToolResult,
+    compact_json,
+    new_id,
+    split_raw,
+    split_text,
+    sse,
+)
+from .base import Incoming, Provider, bad, check_tool_name, check_unique
+from .openai_chat import openai_error, openai_invalid_json
+
+#: Tool types that carry no function name of their own (built-in / hosted tools).
+HOSTED_TOOL_TYPES = frozenset(
+    {
+        "web_search",
+        "web_search_2025_08_26",
+        "web_search_preview",
+        "web_search_preview_2025_03_11",
+        "file_search",
+        "code_interpreter",
+        "image_generation",
+        "computer",
+        "computer_use",
+        "computer_use_preview",
+        "mcp",
+        "local_shell",
+        "shell",
+        "apply_patch",
+        "tool_search",
+        "programmatic_tool_calling",
+    }
+)
+_ROLES = ("user", "assistant", "system", "developer")
+#: (call item type, output item type, wording in the "No tool output found" error)
+_PAIRS = {
+    "function_call": ("function_call_output", "function call"),
+    "custom_tool_call": ("custom_tool_call_output", "custom tool call"),
+}
+_OUTPUTS = {out: call for call, (out, _) in _PAIRS.items()}
+_STORE_LIMIT = 1000
+
+
+def _content_text(content: Any) -> str:
+    """Text of a message's content or a tool output (string, or text-bearing parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p)
+    return json.dumps(content)
+
+
+def _function_name(tool: dict[str, Any], where: str) -> str:
+    """A validated ``function``/``custom`` tool name."""
+    if "name" not in tool:
+        raise bad(f"Missing required parameter: '{where}.name'.", f"{where}.name")
+    check_tool_name(tool["name"], f"{where}.name")
+    if (
+        tool.get("type") == "function"
+        and tool.get("parameters") is not None
+        and not isinstance(tool["parameters"], dict)
+    ):
+        raise bad(f"Invalid type for '{where}.parameters': expected an object.", f"{where}.parameters")
+    return str(tool["name"])
+
+
+def offered_names(tools: Any) -> list[str]:
+    """Names the model may call: flat functions/custom tools, and ``ns.fn`` for namespaced ones."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise bad("Invalid type for 'tools': expected an array.", "tools")
+    names: list[str] = []
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise bad(f"Invalid type for '{where}': expected an object.", where)
+        kind = tool.get("type")
+        if kind in ("function", "custom"):
+            names.append(_function_name(tool, where))
+        elif kind == "namespace":
+            ns = _function_name({**tool, "type": "namespace"}, where)
+            inner = tool.get("tools")
+            if not isinstance(inner, list) or not inner:
+                raise bad(f"Invalid '{where}.tools': expected a non-empty array of function tools.", f"{where}.tools")
+            for j, sub in enumerate(inner):
+                swhere = f"{where}.tools[{j}]"
+                if not isinstance(sub, dict) or sub.get("type") not in ("function", "custom"):
+                    raise bad(f"Invalid value for '{swhere}.type': expected 'function' or 'custom'.", f"{swhere}.type")
+                names.append(f"{ns}.{_function_name(sub, swhere)}")
+        elif kind not in HOSTED_TOOL_TYPES:
+            raise bad(
+                f"Invalid value: {kind!r}. Supported values are: 'function', 'custom', 'namespace', "
+                f"{', '.join(repr(t) for t in sorted(HOSTED_TOOL_TYPES))}.",
+                f"{where}.type",
+            )
+    check_unique(names)
+    return names
+
+
+def _qualified(item: dict[str, Any]) -> str:
+    """A call item's tool name as offered (``ns.fn`` when it carries a namespace)."""
+    name = str(item.get("name"))
+    return f"{item['namespace']}.{name}" if item.get("namespace") else name
+
+
+class OpenAIResponses(Provider):
+    name = "openai-responses"
+    call_id_prefix = "call_"
+
+    def __init__(self) -> None:
+        self._store: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        return {} if method == "POST" and path == "/v1/responses" else None
+
+    # --- stored responses (previous_response_id) --------------------------------------
+
+    def _remember(self, resp_id: str, items: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._store[resp_id] = items
+            while len(self._store) > _STORE_LIMIT:
+                self._store.popitem(last=False)
+
+    def stored_items(self, resp_id: str) -> list[dict[str, Any]] | None:
+        """The whole conversation (input chain + output) of a stored response, or None."""
+        with self._lock:
+            items = self._store.get(resp_id)
+        return None if items is None else list(items)
+
+    # --- validation -------------------------------------------------------------------
+
+    def parse(self, body: Any, req: Incoming, route: dict[str, str]) -> Conversation:
+        if not isinstance(body, dict):
+            raise bad("Invalid type for request body: expected an object.")
+        if not isinstance(body.get("model"), str):
+            raise bad("Missing required parameter: 'model'.", "model")
+        stream = body.get("stream") is True
+        if body.get("stream_options") is not None and not stream:
+            raise bad("The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options")
+        names = offered_names(body.get("tools"))
+        self._check_tool_choice(body.get("tool_choice"), names)
+        history: list[dict[str, Any]] = []
+        prev = body.get("previous_response_id")
+        if prev is not None:
+            stored = self.stored_items(prev) if isinstance(prev, str) else None
+            if stored is None:
+                raise ApiError(400, f"Previous response with id '{prev}' not found.", param="previous_response_id")
+            history = stored
+        items = history + self._input_items(body.get("input"))
+        calls, results, last_user = self._check_items(items)
+        return Conversation(
+            api=self.name,
+            model=body["model"],
+            stream=stream,
+            tools=names,
+            calls=calls,
+            results=results,
+            last_user_text=last_user,
+            body=body,
+            meta={"items": items},
+        )
+
+    @staticmethod
+    def _input_items(value: Any) -> list[dict[str, Any]]:
+        """``input`` as a list of items (a string is one user message)."""
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [{"type": "message", "role": "user", "content": value}]
+        if not isinstance(value, list):
+            raise bad("Invalid type for 'input': expected one of a string or array of input items.", "input")
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise bad(f"Invalid type for 'input[{i}]': expected an object.", f"input[{i}]")
+        return list(value)
+
+    @staticmethod
+    def _check_tool_choice(choice: Any, names: list[str]) -> None:
+        if choice is None or choice in ("none", "auto"):
+            return
+        if choice == "required":
+            if not names:
+                raise bad("Tool choice 'required' must be specified with 'tools' parameter.", "tool_choice")
+            return
+        if not isinstance(choice, dict):
+            raise bad("Invalid value for 'tool_choice'.", "tool_choice")
+        kind = choice.get("type")
+        if kind in ("function", "custom"):
+            named = [_qualified(choice)]
+        elif kind == "allowed_tools":
+            named = [
+                _qualified(t)
+                for t in choice.get("tools") or []
+                if isinstance(t, dict) and t.get("type") in ("function", "custom")
+            ]
+        elif kind in HOSTED_TOOL_TYPES:
+            return
+        else:
+            raise bad(f"Invalid value for 'tool_choice.type': {kind!r}.", "tool_choice.type")
+        for n in named:
+            if n not in names:
+                raise bad(f"Tool choice '{n}' not found in 'tools' parameter.", "tool_choice")
+
+    @staticmethod
+    def _check_items(items: list[dict[str, Any]]) -> tuple[list[ToolCall], list[ToolResult], str]:
+        calls: list[ToolCall] = []
+        results: list[ToolResult] = []
+        open_calls: dict[str, tuple[str, str]] = {}  # call_id -> (item type, name), not answered yet
+        names: dict[str, str] = {}
+        last_user = ""
+        for i, item in enumerate(items):
+            where = f"input[{i}]"
+            kind = item.get("type") or ("message" if "role" in item else None)
+            if kind == "message":
+                if item.get("role") not in _ROLES:
+                    raise bad(
+                        f"Invalid value: {item.get('role')!r}. Supported values are: 'user', 'assistant', "
+                        f"'system', and 'developer'.",
+                        f"{where}.role",
+                    )
+                if "content" not in item:
+                    raise bad(f"Missing required parameter: '{where}.content'.", f"{where}.content")
+                text = _content_text(item["content"])
+                if item["role"] == "user" and text.strip():
+                    last_user = text
+            elif kind in _PAIRS:
+                for key in ("call_id", "name"):
+                    if not isinstance(item.get(key), str):
+                        raise bad(f"Missing required parameter: '{where}.{key}'.", f"{where}.{key}")
+                payload = "arguments" if kind == "function_call" else "input"
+                if not isinstance(item.get(payload), str):
+                    raise bad(f"Invalid type for '{where}.{payload}': expected a string.", f"{where}.{payload}")
+                try:
+                    args: Any = json.loads(item[payload]) if kind == "function_call" else item[payload]
+                except ValueError:
+                    args = item[payload]
+                name = _qualified(item)
+                calls.append(ToolCall(item["call_id"], name, args))
+                open_calls[item["call_id"]] = (kind, name)
+                names[item["call_id"]] = name
+            elif kind in _OUTPUTS:
+                cid = item.get("call_id")
+                if not isinstance(cid, str):
+                    raise bad(f"Missing required parameter: '{where}.call_id'.", f"{where}.call_id")
+                if "output" not in item:
+                    raise bad(f"Missing required parameter: '{where}.output'.", f"{where}.output")
+                if cid not in names:
+                    raise bad(f"No tool call found for {_PAIRS[_OUTPUTS[kind]][1]} output with call_id {cid}.", "input")
+                open_calls.pop(cid, None)
+                results.append(ToolResult(cid, names[cid], _content_text(item["output"])))
+            elif kind == "reasoning":
+                if not isinstance(item.get("summary"), list):
+                    raise bad(f"Missing required parameter: '{where}.summary'.", f"{where}.summary")
+            elif not isinstance(kind, str):
+                raise bad(f"Missing required parameter: '{where}.type'.", f"{where}.type")
+        if open_calls:
+            cid, (kind, _) = next(iter(open_calls.items()))
+            raise bad(f"No tool output found for {_PAIRS[kind][1]} {cid}.", "input")
+        return calls, results, last_user
+
+    # --- rendering --------------------------------------------------------------------
+
+    @staticmethod
+    def _usage(reply: Reply) -> dict[str, Any]:
+        u = reply.usage
+        return {
+            "input_tokens": u.input_tokens,
+            "input_tokens_details": {"cached_tokens": u.cache_read_input_tokens},
+            "output_tokens": u.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": u.input_tokens + u.output_tokens,
+        }
+
+    @staticmethod
+    def _output_items(reply: Reply) -> list[dict[str, Any]]:
+        """The completed output items: a message with the text, then one item per call."""
+        items: list[dict[str, Any]] = []
+        if reply.text:
+            part = {"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}
+            items.append(
+                {"id": new_id("msg_"), "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+            )
+        for c in reply.calls:
+            ns, _, plain = c.name.rpartition(".")
+            item = {
+                "id": new_id("fc_"),
+                "type": "function_call",
+                "status": "completed",
+                "arguments": compact_json(c.arguments),
+                "call_id": c.id,
+                "name": plain,
+            }
+            if ns:
+                item["namespace"] = ns
+            items.append(item)
+        return items
+
+    @staticmethod
+    def _response(
+        conv: Conversation,
+        resp_id: str,
+        created: int,
+        status: str,
+        output: list[dict[str, Any]],
+        usage: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        body = conv.body
+        return {
+            "id": resp_id,
+            "object": "response",
+            "created_at": created,
+            "status": status,
+            "background": False,
+            "error": None,
+            "incomplete_details": None,
+            "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "model": conv.model,
+            "output": output,
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "previous_response_id": body.get("previous_response_id"),
+            "prompt_cache_key": body.get("prompt_cache_key"),
+            "reasoning": body.get("reasoning") or {"effort": None, "summary": None},
+            "store": body.get("store", True),
+            "temperature": body.get("temperature", 1.0),
+            "text": body.get("text") or {"format": {"type": "text"}},
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools") or [],
+            "top_p": body.get("top_p", 1.0),
+            "truncation": body.get("truncation", "disabled"),
+            "usage": usage,
+            "user": body.get("user"),
+            "metadata": body.get("metadata") or {},
+        }
+
+    def render(self, reply: Reply, conv: Conversation) -> Response:
+        resp_id = new_id("resp_")
+        created = int(time.time())
+        output = self._output_items(reply)
+        if conv.body.get("store", True) is not False:
+            self._remember(resp_id, conv.meta.get("items", []) + output)
+        headers = {"x-request-id": new_id("req_")}
+        final = self._response(conv, resp_id, created, "completed", output, self._usage(reply))
+        if not conv.stream:
+            return JsonResponse(200, final, headers)
+        return StreamResponse(self._events(conv, final, resp_id, created), headers=headers)
+
+    def _events(self, conv: Conversation, final: dict[str, Any], resp_id: str, created: int) -> Iterator[bytes]:
+        seq = 0
+
+        def event(kind: str, **data: Any) -> bytes:
+            nonlocal seq
+            out = sse(kind, {"type": kind, "sequence_number": seq, **data})
+            seq += 1
+            return out
+
+        pending = self._response(conv, resp_id, created, "in_progress", [], None)
+        yield event("response.created", response=pending)
+        yield event("response.in_progress", response=pending)
+        for index, item in enumerate(final["output"]):
+            ids = {"item_id": item["id"], "output_index": index}
+            if item["type"] == "message":
+                text = item["content"][0]["text"]
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "content": []},
+                )
+                empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                yield event("response.content_part.added", **ids, content_index=0, part=empty)
+                for frag in split_text(text):
+                    yield event("response.output_text.delta", **ids, content_index=0, delta=frag, logprobs=[])
+                yield event("response.output_text.done", **ids, content_index=0, text=text, logprobs=[])
+                yield event("response.content_part.done", **ids, content_index=0, part=item["content"][0])
+            else:
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={**item, "status": "in_progress", "arguments": ""},
+                )
+                for frag in split_raw(item["arguments"]):
+                    yield event("response.function_call_arguments.delta", **ids, delta=frag)
+                yield event(
+                    "response.function_call_arguments.done", **ids, name=item["name"], arguments=item["arguments"]
+                )
+            yield event("response.output_item.done", output_index=index, item=item)
+        yield event("response.completed", response=final)
+
+    def error_response(self, err: ApiError) -> JsonResponse:
+        return openai_error(err)
+
+    def invalid_json(self) -> ApiError:
+        return openai_invalid_json()
