@@ -8,6 +8,7 @@ back to the flow. Every decision lives in ``tooldisco``, which has no mitmproxy 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 import sys
@@ -47,6 +48,7 @@ class ToolDiscovery:
         self.engine: Engine | None = None
         self.client: httpx.AsyncClient | None = None
         self._sink: int | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -143,6 +145,10 @@ class ToolDiscovery:
             )
         if prepared.context is not None:
             flow.metadata[META_CONTEXT] = prepared.context
+        if prepared.background is not None:
+            task = asyncio.get_running_loop().create_task(prepared.background())
+            self._tasks.add(task)  # keep a reference until it is done
+            task.add_done_callback(self._tasks.discard)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response is None or META_HOST not in flow.metadata or META_CONTEXT in flow.metadata:

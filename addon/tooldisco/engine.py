@@ -16,10 +16,12 @@ from typing import Any, Awaitable, Callable, Mapping
 from loguru import logger
 
 from .config import Config
-from .loop import Finish, Found, PhantomLoop, Send
+from .loop import Finish, Found, PhantomLoop, Search, Send
 from .providers.base import Adapter, RequestView, Tool, ToolCall, ToolResult, Unsupported
 from .providers.detect import detect
-from .search import make_searcher, run_query
+from .search import MAX_QUERY_CHARS, make_searcher, run_query
+from .search.phantom_query import LIST_ALL, SELECT_PREFIX
+from .selector_client import FixedRanking, SelectorClient
 from .sessions import SessionState, SessionStore, session_key, tenant_of
 from .strategies import deferral, relevance
 from .telemetry import Record, SearchRecord, TelemetrySink, estimate_tokens
@@ -65,6 +67,7 @@ class FlowContext:
 class Prepared:
     body: bytes | None = None  # the new body, or None to forward unchanged
     context: FlowContext | None = None  # set when the response needs the phantom loop
+    background: Callable[[], Awaitable[None]] | None = None  # run without delaying the request
 
 
 class Engine:
@@ -78,6 +81,7 @@ class Engine:
         self.searcher = make_searcher(td.search.backend, cache_dir=td.search.cache_dir)
         scorer = None if td.scorer == "overlap" else make_searcher(td.scorer, cache_dir=td.search.cache_dir)
         self.ranker = scorer.search if scorer else None
+        self.selector = SelectorClient(td.api)
 
     # --- request phase ---------------------------------------------------------------
 
@@ -153,6 +157,8 @@ class Engine:
         if plan.skipped:
             record.fallback_reason = plan.skipped
             return Prepared()
+        if td.strategy == "api" and (held := self._rollout(view, plan, key, record)) is not None:
+            return held
         self._remember(key, adapter, kept=[t.name for t in plan.kept], deferred=plan.deferred)
         catalog = _earlier(adapter, state, set(view.names())) | {t.name: t for t in plan.deferred}
         backend = "api" if td.strategy == "api" else td.search.backend
@@ -166,6 +172,42 @@ class Engine:
         forwarded = [t.name for t in plan.kept + plan.expanded] + [phantom]
         ctx = FlowContext(adapter, key, new, body, phantom, catalog, forwarded, record, view.stream)
         return Prepared(new.encode("utf-8"), ctx)
+
+    def _rollout(self, view: RequestView, plan: deferral.DeferralPlan, key: str, record: Record) -> Prepared | None:
+        """Seed 001 rollout. ``None``: this request gets the api strategy in full. Otherwise the
+        request goes upstream unchanged; dark and shadow ask the selector in the background
+        (pattern: the user's query) and log what it would have loaded."""
+        api = self.config.tool_discovery.api
+        record.rollout = api.rollout
+        if api.rollout == "full":
+            return None
+        if api.rollout == "partial":
+            bucket = int(key[:8], 16) % 10_000 / 100  # deterministic per session
+            record.rollout = f"partial:{'in' if bucket < api.rollout_percent else 'out'}"
+            if bucket < api.rollout_percent:
+                return None
+            record.fallback_reason = "rollout_excluded"
+            return Prepared()
+        record.outcome = "pending"  # the background task completes the record
+        return Prepared(background=lambda: self._shadow(view, plan, record))
+
+    async def _shadow(self, view: RequestView, plan: deferral.DeferralPlan, record: Record) -> None:
+        td = self.config.tool_discovery
+        try:
+            sel = await self.selector.select(view.query, td.max_search_results, td.always_keep, plan.deferred)
+            shadow: dict[str, Any] = {"pattern": view.query, "selected": sel.names, "status": sel.status,
+                                      "ms": sel.ms, "fallback": sel.fallback, "deferred": len(plan.deferred)}
+            if td.api.rollout == "shadow":
+                keep = relevance.keep_count(len(view.tools), td)
+                kept = [t.name for t in relevance.select(view, td, keep, ranker=self.ranker).kept]
+                hits = [n for n in sel.names if n in kept]
+                shadow |= {"relevance_kept": kept, "overlap": len(hits) / len(sel.names) if sel.names else None}
+            record.shadow = shadow
+            record.outcome = "shadow" if td.api.rollout == "shadow" else "dark"
+        except Exception as e:  # observability must never hurt traffic
+            record.outcome = f"error: {type(e).__name__}"
+        finally:
+            self.telemetry.write(record)
 
     def _count(self, record: Record, kept: tuple[Tool, ...], deferred: tuple[Tool, ...], extra: int = 0) -> None:
         record.kept_tools = len(kept)
@@ -203,13 +245,13 @@ class Engine:
             if message is None:
                 record.outcome = "undecodable"
                 return None
-            loop = PhantomLoop(
-                ctx.adapter, ctx.phantom, lambda call: self._search(ctx, call), ctx.forwarded,
-                self.config.tool_discovery.max_phantom_loops,
-            )
-            action: Send | Finish = loop.start(ctx.body, message)
+            loop = PhantomLoop(ctx.adapter, ctx.phantom, ctx.forwarded, self.config.tool_discovery.max_phantom_loops)
+            action: Search | Send | Finish = loop.start(ctx.body, message)
             final_reply: Reply | None = None
-            while isinstance(action, Send):
+            while not isinstance(action, Finish):
+                if isinstance(action, Search):
+                    action = loop.found([await self._search(ctx, call) for call in action.calls])
+                    continue
                 t0 = time.perf_counter()
                 try:
                     answer = await send(action.body.encode("utf-8"))
@@ -276,23 +318,45 @@ class Engine:
             logger.warning("could not decode the upstream answer ({}): {}", adapter.api, e)
             return None
 
-    def _search(self, ctx: FlowContext, call: ToolCall) -> Found:
+    async def _search(self, ctx: FlowContext, call: ToolCall) -> Found:
+        """Answer one phantom call: locally, or (api) with the selector service for plain queries."""
         td = self.config.tool_discovery
         t0 = time.perf_counter()
         catalog = list(ctx.catalog.values())
-        outcome = run_query(call.arguments, catalog, self.searcher, td.max_search_results, td.always_keep)
-        ctx.record.searches.append(
-            SearchRecord(
-                query=outcome.query,
-                matched=list(outcome.matched),
-                backend=outcome.backend,
-                fallback=outcome.fallback,
-                latency_ms=round((time.perf_counter() - t0) * 1000, 3),
-                error=outcome.text if outcome.is_error else None,
-            )
-        )
+        record = SearchRecord(query=None, matched=[], backend=None, deferred=len(catalog))
+        searcher = self.searcher
+        query = _plain_query(call.arguments)
+        if td.strategy == "api":
+            searcher = FixedRanking([])  # select:, listing and bad arguments never need ranking
+            if query is not None:
+                sel = await self.selector.select(query, td.max_search_results, td.always_keep, catalog)
+                record.api_status, record.api_ms, record.selected = sel.status, sel.ms, sel.raw
+                if sel.fallback:
+                    return self._restore_all(ctx, call, record, sel.fallback, t0)
+                searcher = FixedRanking(sel.names)
+        outcome = run_query(call.arguments, catalog, searcher, td.max_search_results, td.always_keep)
+        record.query, record.matched = outcome.query, list(outcome.matched)
+        record.backend, record.fallback = outcome.backend, outcome.fallback
+        record.error = outcome.text if outcome.is_error else None
+        record.latency_ms = _ms(t0)
+        ctx.record.searches.append(record)
         tools = [ctx.catalog[n] for n in outcome.matched if n in ctx.catalog]
         return Found(ToolResult(call, outcome.text, outcome.is_error), tools)
+
+    def _restore_all(self, ctx: FlowContext, call: ToolCall, record: SearchRecord, reason: str, t0: float) -> Found:
+        """Seed 000 §4.4 fail-open: the selector gave nothing usable, so every deferred tool
+        comes back for the model rather than leaving it without the tool it needs."""
+        logger.warning("tool selector failed ({}); restoring all {} deferred tools", reason, len(ctx.catalog))
+        tools = list(ctx.catalog.values())
+        record.query = call.arguments.get("query") if isinstance(call.arguments, dict) else None
+        record.backend, record.fallback = "api", reason
+        record.matched = [t.name for t in tools]
+        record.latency_ms = _ms(t0)
+        ctx.record.searches.append(record)
+        ctx.record.fallback_reason = f"selector_{reason}"
+        text = json.dumps({"message": f"Tool search is unavailable right now; all {len(tools)} tools are loaded "
+                                      "and can be called directly."})
+        return Found(ToolResult(call, text), tools)
 
     def close(self) -> None:
         self.store.close()
@@ -311,6 +375,19 @@ def _earlier(adapter: Adapter, state: SessionState, current: set[str]) -> dict[s
         except Exception:
             continue  # a stored definition we cannot read is skipped, not fatal
     return out
+
+
+def _plain_query(arguments: Any) -> str | None:
+    """The query when it asks for a ranked search (not ``select:``, ``*``, or malformed)."""
+    query = arguments.get("query") if isinstance(arguments, dict) else None
+    if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
+        return None
+    q = query.strip()
+    return None if q == LIST_ALL or q.lower().startswith(SELECT_PREFIX) else q
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
 
 
 def _json(message: dict[str, Any]) -> bytes:

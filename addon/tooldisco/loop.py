@@ -1,9 +1,10 @@
 """The phantom search loop, sans-IO (seed 000 §5).
 
-Why sans-IO: the loop decides, the caller moves bytes. ``PhantomLoop`` is given each
-upstream message and answers with ``Send(body)`` (re-forward this) or ``Finish``
-(what the client sees). Each ``Send`` also carries the round's client-visible part,
-so a buffered consumer (today) and a live streaming one (later) drive the same loop.
+Why sans-IO: the loop decides, the caller does the I/O. ``PhantomLoop`` is given each
+upstream message and answers with ``Search(calls)`` (resolve these: locally, or with a
+selector service over HTTP), then ``Send(body)`` (re-forward this) or ``Finish`` (what the
+client sees). Each ``Send`` also carries the round's client-visible part, so a buffered
+consumer (today) and a live streaming one (later) drive the same loop.
 
 Rules it obeys:
 - a response with phantom calls only: answer them, inject the found tools, re-forward;
@@ -16,7 +17,7 @@ Rules it obeys:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from .providers.base import Adapter, Tool, ToolCall, ToolResult
 
@@ -29,7 +30,9 @@ class Found:
     tools: Sequence[Tool]
 
 
-Search = Callable[[ToolCall], Found]
+@dataclass(frozen=True)
+class Search:
+    calls: list[ToolCall]  # answer each, in order, with ``PhantomLoop.found``
 
 
 @dataclass(frozen=True)
@@ -48,15 +51,15 @@ class Finish:
 class PhantomLoop:
     adapter: Adapter
     phantom: str
-    search: Search
     forwarded: Sequence[str]  # tool names already in the forwarded list
     max_loops: int = 5
     rounds: int = 0  # re-forwards made
     visible: list[dict[str, Any]] = field(default_factory=list)
     expanded: list[str] = field(default_factory=list)  # tools loaded, discovery order
     _body: str = ""
+    _pending: dict[str, Any] | None = None  # the message whose searches are being resolved
 
-    def start(self, body: str, message: dict[str, Any]) -> Send | Finish:
+    def start(self, body: str, message: dict[str, Any]) -> Search | Finish:
         """``body`` is the request as forwarded, ``message`` the first upstream answer."""
         self._body = body
         self._loaded = set(self.forwarded)
@@ -64,16 +67,20 @@ class PhantomLoop:
             return Finish(message, "no_phantom")
         return self.receive(message)
 
-    def receive(self, message: dict[str, Any]) -> Send | Finish:
-        calls = self.adapter.calls(message)
-        phantom = [c for c in calls if c.name == self.phantom]
-        visible = self.adapter.strip(message, [self.phantom])
-        self.visible.append(visible)
+    def receive(self, message: dict[str, Any]) -> Search | Finish:
+        self.visible.append(self.adapter.strip(message, [self.phantom]))
+        phantom = self._phantom_calls(message)
         if not phantom:
             return self._finish("done")
-        found = [self.search(c) for c in phantom]
+        self._pending = message
+        return Search(phantom)
+
+    def found(self, found: Sequence[Found]) -> Send | Finish:
+        """The answers to the last ``Search``, in the order of its calls."""
+        message, self._pending = self._pending, None
+        assert message is not None, "found() without a pending Search"
         added = self._load(found)
-        if len(phantom) < len(calls):
+        if len(found) < len(self.adapter.calls(message)):
             return self._finish("mixed")
         if self.rounds >= self.max_loops:
             return self._finish("max_loops")
@@ -81,7 +88,7 @@ class PhantomLoop:
         self._body = self.adapter.continue_after(
             self._body, message, [f.result for f in found], [t.raw for t in added]
         )
-        return Send(self._body, visible)
+        return Send(self._body, self.visible[-1])
 
     def fail(self) -> Finish:
         """The upstream failed mid-loop: the client gets what it has seen so far."""

@@ -21,13 +21,18 @@ def estimate_tokens(text: str) -> int:
 
 @dataclass
 class SearchRecord:
+    """One answered phantom search (seed 001 observability: per search)."""
+
     query: str | None
-    matched: list[str]
-    backend: str | None
-    fallback: str | None = None
-    latency_ms: float = 0.0
-    error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    matched: list[str]  # tools injected for the model
+    backend: str | None  # regex / bm25 / hybrid / fuzzy / api
+    fallback: str | None = None  # why the asked-for backend did not answer as asked
+    latency_ms: float = 0.0  # the whole search, API call included
+    error: str | None = None  # the error the model read, for bad arguments
+    deferred: int = 0  # size of the catalog searched
+    api_status: int | None = None  # api: HTTP status of the selector (None: no answer)
+    api_ms: float | None = None  # api: the selector call alone
+    selected: list[str] | None = None  # api: names as the selector returned them
 
 
 @dataclass
@@ -49,6 +54,8 @@ class Record:
     loop_added_ms: float = 0.0  # our own time in the phantom loop, upstream time excluded
     upstream_ms: float = 0.0
     outcome: str | None = None
+    rollout: str | None = None  # api: dark / shadow / partial / full, and whether this session was in
+    shadow: dict[str, Any] | None = None  # api dark/shadow: what the selector chose, overlap with relevance
 
 
 class TelemetrySink:

@@ -10,6 +10,8 @@ from urllib.parse import quote
 import pytest
 from test_streams_support import anthropic_bedrock_final, boto3_events
 from tooldisco.loop import Finish, Found, PhantomLoop, Send
+
+from tests.support.loop_driver import Driver
 from tooldisco.providers.base import Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.providers.bedrock import ConverseAdapter, InvokeAdapter, place_structural
 from tooldisco.providers.detect import detect
@@ -174,7 +176,7 @@ def test_calls_continue_strip_merge():
 
 def test_converse_stream_through_the_loop_read_back_by_boto3():
     slack = Tool("mcp__slack__post_message", json.dumps(specs(6)[-1]))
-    loop = PhantomLoop(C, P, lambda c: Found(ToolResult(c, "loaded"), [slack]), [P])
+    loop = Driver(PhantomLoop(C, P, [P]), lambda c: Found(ToolResult(c, "loaded"), [slack]))
     body = C.with_tools(converse_body(), [C.phantom_tool(P, "Search.")])
     act = loop.start(body, converse_answer({"text": "Searching."}, use()))
     assert isinstance(act, Send)

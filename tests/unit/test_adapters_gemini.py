@@ -11,6 +11,8 @@ from google.genai import types
 from test_streams_support import gemini_chunks
 from test_streams_gemini import assemble
 from tooldisco.loop import Finish, Found, PhantomLoop, Send
+
+from tests.support.loop_driver import Driver
 from tooldisco.providers.base import Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.providers.detect import detect
 from tooldisco.providers.gemini import STAND_IN_SIGNATURE, GeminiAdapter
@@ -233,7 +235,7 @@ def test_merge_sums_usage_by_modality():
 
 def loop_run(adapter: GeminiAdapter) -> dict:
     slack = Tool("mcp__slack__post_message", json.dumps(declarations(6)[-1]))
-    loop = PhantomLoop(adapter, P, lambda c: Found(ToolResult(c, "loaded"), [slack]), [P])
+    loop = Driver(PhantomLoop(adapter, P, [P]), lambda c: Found(ToolResult(c, "loaded"), [slack]))
     body = G.with_tools(cli_body(), [G.phantom_tool(P, "Search.")])
     act = loop.start(body, answer({"text": "thought", "thought": True}, phantom_part()))
     assert isinstance(act, Send)

@@ -2,9 +2,11 @@
 
 import json
 
-from tooldisco.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.loop import Finish, Found, PhantomLoop, Search, Send
 from tooldisco.providers.anthropic import AnthropicAdapter
 from tooldisco.providers.base import Tool, ToolResult
+
+from tests.support.loop_driver import Driver
 
 A = AnthropicAdapter()
 P = "gateway_search_tools"
@@ -31,7 +33,16 @@ def finder(call):
 
 
 def new_loop(**kw):
-    return PhantomLoop(A, P, kw.pop("search", finder), [P], **kw)
+    return Driver(PhantomLoop(A, P, [P], **kw), finder)
+
+
+def test_searches_are_asked_for_not_run():
+    loop = PhantomLoop(A, P, [P])
+    act = loop.start(BODY, msg(search_call("a"), search_call("b", "rain")))
+    assert isinstance(act, Search) and [c.id for c in act.calls] == ["a", "b"]
+    sent = loop.found([finder(c) for c in act.calls])
+    results = json.loads(sent.body)["messages"][-1]["content"]
+    assert [r["tool_use_id"] for r in results] == ["a", "b"]
 
 
 def test_no_phantom_call_finishes_untouched():
