@@ -1,0 +1,22 @@
+"""Tool search: the backends that find deferred tools, and the phantom tool's front end.
+
+``make_searcher(name)`` gives a ``Searcher`` for one of ``BACKENDS``; ``run_query``
+answers the model's call to the search tool with it. No mitmproxy in here.
+"""
+
+from .base import MAX_QUERY_CHARS, QueryError, Ranking, Searcher
+from .brief import first_sentence
+from .factory import BACKENDS, make_searcher
+from .phantom_query import SearchOutcome, run_query
+
+__all__ = [
+    "BACKENDS",
+    "MAX_QUERY_CHARS",
+    "QueryError",
+    "Ranking",
+    "SearchOutcome",
+    "Searcher",
+    "first_sentence",
+    "make_searcher",
+    "run_query",
+]

@@ -1,0 +1,84 @@
+"""The contract every search backend meets, and what they share.
+
+Why: the proxy, the strategies and the benchmark only ever see ``Searcher``; a
+backend is picked by name from config (see ``factory``). A backend can answer
+through another one (regex falls back to fuzzy, hybrid to BM25 without its
+model), and telemetry wants to know, so ``rank`` returns a ``Ranking`` saying
+which backend answered and why; ``search`` is the plain list of names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from ..providers.base import Tool
+
+#: Longest query a backend accepts. Longer is a ``QueryError``: a regex that long is
+#: either a mistake or an attack, and no honest tool search needs more.
+MAX_QUERY_CHARS = 1000
+
+
+class QueryError(ValueError):
+    """The query cannot be searched as given; the message is meant for the model."""
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Ranked tool names, best first, and which backend produced them."""
+
+    names: list[str]
+    backend: str
+    # Why the asked-for backend handed over to ``backend`` (None when it did not).
+    fallback: str | None = None
+
+
+class Searcher(Protocol):
+    """A tool-search backend. Instances are cheap, thread-safe, and cache their indexes."""
+
+    name: str
+
+    def search(self, query: str, tools: Sequence[Tool], limit: int) -> list[str]:
+        """At most ``limit`` tool names, best first; [] when nothing is relevant."""
+        ...
+
+    def rank(self, query: str, tools: Sequence[Tool], limit: int) -> Ranking:
+        """Like ``search``, also saying which backend answered and why."""
+        ...
+
+
+class SearcherBase(ABC):
+    """Derives ``search`` from ``rank``, so each backend writes only ``rank``."""
+
+    name: str
+
+    def search(self, query: str, tools: Sequence[Tool], limit: int) -> list[str]:
+        return self.rank(query, tools, limit).names
+
+    @abstractmethod
+    def rank(self, query: str, tools: Sequence[Tool], limit: int) -> Ranking: ...
+
+
+def check_query(query: str) -> None:
+    """Raise ``QueryError`` for a query no backend should run."""
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryError(
+            f"query is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}"
+        )
+
+
+def catalog_key(tools: Sequence[Tool]) -> str:
+    """A digest of the tools' definitions, in order: the identity of a catalog.
+
+    The raw text determines the other fields when an adapter made the tool; they are
+    hashed too so that hand-built tools (tests, benchmarks) with a blank ``raw`` still
+    get distinct keys.
+    """
+    digest = hashlib.sha256()
+    for tool in tools:
+        fields = (tool.name, tool.description, repr(tool.params), tool.raw)
+        digest.update("\0".join(fields).encode("utf-8", "surrogatepass"))
+        digest.update(b"\1")
+    return digest.hexdigest()

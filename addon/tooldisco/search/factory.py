@@ -1,0 +1,31 @@
+"""Picking a search backend by its configured name.
+
+Why: config names a backend with a string; this is the one place that turns the string
+into a searcher, so the set of names (``BACKENDS``) and the set of classes cannot drift.
+"""
+
+from __future__ import annotations
+
+from .base import Searcher
+from .bm25_search import BM25Searcher
+from .fuzzy_search import FuzzySearcher
+from .hybrid_search import HybridSearcher
+from .regex_search import RegexSearcher
+
+BACKENDS: tuple[str, ...] = ("regex", "bm25", "hybrid", "fuzzy")
+
+
+def make_searcher(backend: str, *, cache_dir: str | None = None) -> Searcher:
+    """A searcher for ``backend``; ``cache_dir`` holds hybrid's embedding cache.
+
+    Raises ``ValueError`` for an unknown name (config reports it against its key).
+    """
+    if backend == "regex":
+        return RegexSearcher()
+    if backend == "bm25":
+        return BM25Searcher()
+    if backend == "hybrid":
+        return HybridSearcher(cache_dir)
+    if backend == "fuzzy":
+        return FuzzySearcher()
+    raise ValueError(f"unknown search backend {backend!r}; expected one of {', '.join(BACKENDS)}")

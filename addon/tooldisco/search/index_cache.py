@@ -1,0 +1,87 @@
+"""A bounded, thread-safe LRU of per-catalog indexes.
+
+Why: building an index (tokenising every tool, embedding every description) costs far
+more than a query, and the same catalog comes back on every request of a session. The
+key is a digest of the definitions (``catalog_key``), so a catalog that changes in any
+byte gets a fresh index and an unchanged one, parsed anew from the next request, does not.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Callable, Generic, Sequence, TypeVar
+
+from ..providers.base import Tool
+from .base import catalog_key
+
+IndexT = TypeVar("IndexT")
+
+DEFAULT_MAXSIZE = 8
+
+_ALL: weakref.WeakSet[IndexCache[object]] = weakref.WeakSet()
+
+
+def clear_all() -> None:
+    """Drop every cached index (tests and benchmarks measure cold builds with it)."""
+    for cache in list(_ALL):
+        cache.clear()
+
+
+class IndexCache(Generic[IndexT]):
+    """``get(tools)`` returns ``build(tools)``, built once per distinct catalog."""
+
+    def __init__(self, build: Callable[[Sequence[Tool]], IndexT], maxsize: int = DEFAULT_MAXSIZE):
+        self._build = build
+        self._maxsize = maxsize
+        self._entries: OrderedDict[str, IndexT] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pending: dict[str, threading.Event] = {}  # keys being built, set when done
+        # The last tuple seen and its key: a tuple of frozen tools cannot change, so
+        # asking again with the very same object skips hashing the definitions.
+        self._last: tuple[tuple[Tool, ...], str] | None = None
+        self.builds = 0  # how many indexes were built (for tests and telemetry)
+        _ALL.add(self)
+
+    def key(self, tools: Sequence[Tool]) -> str:
+        last = self._last
+        if last is not None and tools is last[0]:
+            return last[1]
+        key = catalog_key(tools)
+        if isinstance(tools, tuple):
+            self._last = (tools, key)
+        return key
+
+    def get(self, tools: Sequence[Tool]) -> IndexT:
+        key = self.key(tools)
+        while True:
+            with self._lock:
+                index = self._entries.get(key)
+                if index is not None:
+                    self._entries.move_to_end(key)
+                    return index
+                pending = self._pending.get(key)
+                if pending is None:  # nobody builds this catalog: this thread will
+                    pending = self._pending[key] = threading.Event()
+                    break
+            pending.wait()  # another thread is building it; then look again
+        # Built outside the lock, so a slow build (embedding a large catalog) stalls
+        # only the requests that need this very index.
+        try:
+            index = self._build(tools)
+            with self._lock:
+                self.builds += 1
+                self._entries[key] = index
+                while len(self._entries) > self._maxsize:
+                    self._entries.popitem(last=False)
+        finally:
+            with self._lock:
+                del self._pending[key]
+            pending.set()
+        return index
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._last = None

@@ -1,0 +1,163 @@
+"""Answering the model's call to the phantom search tool (``gateway_search_tools``).
+
+Why: the arguments are untrusted model output and the answer is read by the model, so
+this is where input is checked and turned into a readable result, never an exception.
+The proxy injects ``SearchOutcome.matched`` into the next request and returns
+``SearchOutcome.text`` as the tool result.
+
+Query syntax (the ``query`` argument, a string):
+
+- ``*``: list the name of every deferred tool; nothing is injected.
+- ``select:NAME1,NAME2``: load exactly these tools (commas between names, spaces
+  ignored); names not in the catalog are reported.
+- anything else: a search with the configured backend (a regex for ``regex``, which
+  falls back to fuzzy keywords; keywords or a description of the task for the others).
+
+A search or select that loads something also loads the ``always_keep`` tools present
+in the catalog (entries may be globs, e.g. ``mcp__github__*``); they come on top of the
+``limit`` search hits, so a broad glob cannot crowd out what the model asked for.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from loguru import logger
+
+from ..providers.base import Tool
+from .base import QueryError, Searcher, check_query
+from .brief import brief
+
+LIST_ALL = "*"
+SELECT_PREFIX = "select:"
+HINT = (
+    "Try fewer or different words, describe the task, use 'select:NAME' for a tool "
+    f"you know by name, or '{LIST_ALL}' to list every tool name."
+)
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What to inject, what the model reads, and what telemetry records."""
+
+    matched: list[str]  # tool names to inject into the next request
+    text: str  # the tool result the model reads (JSON)
+    is_error: bool = False
+    query: str | None = None  # the query string as given (None when there was none)
+    kind: str = "search"  # "search", "select", "list" or "invalid"
+    backend: str | None = None  # the backend that answered a search
+    fallback: str | None = None  # why the configured backend handed over, if it did
+    unknown: list[str] = field(default_factory=list)  # select: names not in the catalog
+
+
+def run_query(
+    arguments: Any,
+    catalog: Sequence[Tool],
+    searcher: Searcher,
+    limit: int,
+    always_keep: Sequence[str] = (),
+) -> SearchOutcome:
+    """Answer one call of the phantom search tool over the deferred ``catalog``."""
+    if not isinstance(arguments, dict):
+        return _invalid("The arguments must be a JSON object like {\"query\": \"...\"}.", None)
+    query = arguments.get("query")
+    if not isinstance(query, str):
+        return _invalid("The 'query' argument is required and must be a string.", None)
+    stripped = query.strip()
+    if not stripped:
+        return _invalid(f"The query is empty. {HINT}", query)
+    try:
+        check_query(stripped)
+    except QueryError as exc:
+        return _invalid(f"The {exc}. Shorten it.", query)
+
+    by_name = {tool.name: tool for tool in catalog}
+    if stripped == LIST_ALL:
+        return _listing(query, by_name)
+    if stripped.lower().startswith(SELECT_PREFIX):
+        return _select(query, stripped[len(SELECT_PREFIX) :], by_name, always_keep)
+
+    try:
+        ranking = searcher.rank(stripped, catalog, limit)
+    except QueryError as exc:
+        return _invalid(f"{exc}. {HINT}", query, backend=searcher.name)
+    except Exception:  # a backend bug must not break the user's request
+        logger.exception("tool search failed for backend {}", searcher.name)
+        return _invalid("The search failed inside the gateway. " + HINT, query, backend=searcher.name)
+    hits = ranking.names[: max(limit, 0)]
+    if not hits:
+        text = _json({"tools": [], "message": f"No tools matched {stripped!r}. {HINT}"})
+        return SearchOutcome([], text, False, query, "search", ranking.backend, ranking.fallback)
+    matched = _with_always_keep(hits, by_name, always_keep)
+    text = _loaded_text(matched, by_name)
+    return SearchOutcome(matched, text, False, query, "search", ranking.backend, ranking.fallback)
+
+
+def _select(
+    query: str, spec: str, by_name: dict[str, Tool], always_keep: Sequence[str]
+) -> SearchOutcome:
+    wanted = list(dict.fromkeys(name.strip() for name in spec.split(",") if name.strip()))
+    found = [name for name in wanted if name in by_name]
+    unknown = [name for name in wanted if name not in by_name]
+    if not found:
+        message = (
+            f"No tool is named {', '.join(map(repr, unknown))}."
+            if unknown
+            else "select: needs tool names, e.g. 'select:NAME1,NAME2'."
+        )
+        return SearchOutcome(
+            [], _json({"error": f"{message} {HINT}"}), True, query, "select", unknown=unknown
+        )
+    matched = _with_always_keep(found, by_name, always_keep)
+    text = _loaded_text(matched, by_name, unknown)
+    return SearchOutcome(matched, text, False, query, "select", unknown=unknown)
+
+
+def _listing(query: str, by_name: dict[str, Tool]) -> SearchOutcome:
+    names = sorted(by_name)
+    message = (
+        "These tools can be loaded. Search with a description of the task, or load "
+        "tools by name with 'select:NAME1,NAME2'."
+    )
+    text = _json({"total": len(names), "tools": names, "message": message})
+    return SearchOutcome([], text, False, query, "list")
+
+
+def _with_always_keep(
+    names: list[str], by_name: dict[str, Tool], always_keep: Sequence[str]
+) -> list[str]:
+    out = list(names)
+    present = set(out)
+    for pattern in always_keep:
+        for name in by_name:
+            if name not in present and fnmatch.fnmatchcase(name, pattern):
+                present.add(name)
+                out.append(name)
+    return out
+
+
+def _loaded_text(matched: list[str], by_name: dict[str, Tool], unknown: Sequence[str] = ()) -> str:
+    message = (
+        f"These {len(matched)} tools are now available: call them directly by name "
+        "with the parameters their definitions give."
+        if len(matched) > 1
+        else "This tool is now available: call it directly by name with the parameters "
+        "its definition gives."
+    )
+    result: dict[str, Any] = {"tools": [brief(by_name[name]) for name in matched]}
+    if unknown:
+        result["unknown"] = list(unknown)
+        message += f" No tool is named {', '.join(map(repr, unknown))}."
+    result["message"] = message
+    return _json(result)
+
+
+def _invalid(message: str, query: str | None, *, backend: str | None = None) -> SearchOutcome:
+    return SearchOutcome([], _json({"error": message}), True, query, "invalid", backend)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)

