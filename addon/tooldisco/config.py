@@ -18,8 +18,9 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from .search.factory import BACKENDS as SEARCH_BACKENDS
+
 STRATEGIES = ("passthrough", "relevance", "tool-search", "api")
-SEARCH_BACKENDS = ("regex", "bm25", "hybrid", "fuzzy")
 SCORERS = ("overlap", "bm25", "hybrid")
 ROLLOUTS = ("dark", "shadow", "partial", "full")
 WEBSOCKET_MODES = ("refuse", "passthrough")
