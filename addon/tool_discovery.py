@@ -13,7 +13,7 @@ import logging
 import ssl
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import httpx
 from loguru import logger
@@ -36,7 +36,7 @@ STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
 log = logging.getLogger("tool_discovery")
 
 
-def _to_logging(message: "loguru.Message") -> None:  # type: ignore[name-defined]  # noqa: F821
+def _to_logging(message: Any) -> None:
     """Engine logs (loguru) go to the logging module, which is what mitmproxy prints."""
     record = message.record
     level = logging.getLevelName(record["level"].name)

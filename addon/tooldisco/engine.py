@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from loguru import logger
@@ -61,6 +62,7 @@ class FlowContext:
     forwarded: list[str]
     record: Record
     stream: bool = False  # the client asked for a stream (Gemini's JSON-array stream is application/json)
+    tenant: str = ""
 
 
 @dataclass
@@ -104,17 +106,24 @@ class Engine:
             before = sum(estimate_tokens(t.raw) for t in view.tools)
             record.tool_tokens_before = record.tool_tokens_after = before
             record.kept_tools = len(view.tools)
-            hint = view.session_hint or next(
-                (headers[h] for h in self.config.sessions.session_headers if headers.get(h)), None
-            )
-            key = session_key(tenant_of(headers), hint, view.first_user)
+            tenant = tenant_of(headers)
+            key, pending = self._session(view, headers, tenant)
             record.session = key[:12]
+            if pending:  # results a stored chain still awaits from a mixed turn the client saw
+                text = adapter.with_pending(text, pending)
+                body = text.encode("utf-8")
             if td.strategy == "relevance":
-                return self._relevance(adapter, view, text, key, record)
-            if td.strategy in ("tool-search", "api"):
-                return self._deferral(adapter, view, text, body, key, record)
-            record.fallback_reason = "passthrough"
-            return Prepared()
+                prepared = self._relevance(adapter, view, text, key, record)
+            elif td.strategy in ("tool-search", "api"):
+                prepared = self._deferral(adapter, view, text, body, key, record)
+                if prepared.context:
+                    prepared.context.tenant = tenant
+            else:
+                record.fallback_reason = "passthrough"
+                prepared = Prepared()
+            if pending and prepared.body is None:
+                prepared.body = body
+            return prepared
         except Unsupported as e:
             record.fallback_reason = f"unsupported: {e}"
             logger.warning("tool discovery skipped ({}): {}", adapter.api, e)
@@ -127,6 +136,21 @@ class Engine:
             record.processing_ms = round((time.perf_counter() - started) * 1000, 3)
             if record.outcome != "pending":  # else the response phase completes the record
                 self.telemetry.write(record)
+
+    def _session(self, view: RequestView, headers: Mapping[str, str], tenant: str) -> tuple[str, list[str]]:
+        """The session key, and results a chained-from response still awaits.
+
+        A request chaining from a stored response belongs to that response's session; with no
+        session id and no user text at all the request gets a session of its own rather than
+        one shared by every such request of the tenant."""
+        if view.continues and (linked := self.store.linked(tenant, view.continues)):
+            return linked
+        hint = view.session_hint or next(
+            (headers[h] for h in self.config.sessions.session_headers if headers.get(h)), None
+        )
+        if not hint and not view.first_user:
+            hint = f"chain:{view.continues}" if view.continues else f"once:{uuid.uuid4().hex}"
+        return session_key(tenant, hint, view.first_user), []
 
     def _relevance(self, adapter: Adapter, view: RequestView, text: str, key: str, record: Record) -> Prepared:
         td = self.config.tool_discovery
@@ -270,6 +294,9 @@ class Engine:
             record.outcome = action.reason if final_reply is None else f"fallback_{final_reply.status}"
             if loop.expanded:
                 self.store.update(ctx.session, lambda s: s.expand(loop.expanded))
+            if rid := ctx.adapter.response_id(action.message):
+                pending = ctx.adapter.pending_items(ctx.body, loop.unanswered) if loop.unanswered else []
+                self.store.link(ctx.tenant, rid, ctx.session, pending)
             if action.reason == "no_phantom":
                 return None
             if final_reply is not None:

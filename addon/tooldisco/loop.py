@@ -56,6 +56,7 @@ class PhantomLoop:
     rounds: int = 0  # re-forwards made
     visible: list[dict[str, Any]] = field(default_factory=list)
     expanded: list[str] = field(default_factory=list)  # tools loaded, discovery order
+    unanswered: list[ToolResult] = field(default_factory=list)  # mixed finish: results upstream never got
     _body: str = ""
     _pending: dict[str, Any] | None = None  # the message whose searches are being resolved
 
@@ -81,6 +82,7 @@ class PhantomLoop:
         assert message is not None, "found() without a pending Search"
         added = self._load(found)
         if len(found) < len(self.adapter.calls(message)):
+            self.unanswered = [f.result for f in found]
             return self._finish("mixed")
         if self.rounds >= self.max_loops:
             return self._finish("max_loops")

@@ -56,6 +56,10 @@ def session_key(tenant: str, client_session: str | None, first_user: str) -> str
     return hashlib.sha256(f"{tenant}\0{basis}".encode("utf-8", "replace")).hexdigest()[:32]
 
 
+def _alias(tenant: str, response_id: str) -> str:
+    return "chain:" + hashlib.sha256(f"{tenant}\0{response_id}".encode("utf-8", "replace")).hexdigest()[:32]
+
+
 class SessionStore:
     """diskcache-backed store with a sliding TTL and periodic cleanup of expired entries."""
 
@@ -87,6 +91,15 @@ class SessionStore:
             else:
                 self.put(key, state)
         return state
+
+    def link(self, tenant: str, response_id: str, session: str, pending: list[str]) -> None:
+        """Remember which session a stored response belongs to (and what it still awaits), so a
+        request chaining from it (``previous_response_id``) finds its session again."""
+        self._cache.set(_alias(tenant, response_id), {"session": session, "pending": pending}, expire=self._ttl)
+
+    def linked(self, tenant: str, response_id: str) -> tuple[str, list[str]] | None:
+        data = self._cache.get(_alias(tenant, response_id))
+        return (data["session"], list(data["pending"])) if isinstance(data, dict) else None
 
     def _maybe_cleanup(self) -> None:
         now = time.monotonic()

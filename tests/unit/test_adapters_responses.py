@@ -14,7 +14,8 @@ from tooldisco.loop import Finish, Found, PhantomLoop, Send
 from tests.support.loop_driver import Driver
 from tooldisco.providers.base import Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.providers.detect import detect
-from tooldisco.providers.openai_responses import OpenAIResponsesAdapter, injected, parse_tool
+from tooldisco.providers.openai_responses import OpenAIResponsesAdapter, parse_tool
+from tooldisco.providers.common import injected
 
 from tests.support.catalog import tool_specs
 

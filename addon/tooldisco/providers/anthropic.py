@@ -9,29 +9,30 @@ from typing import Any, Iterable, Sequence
 from .. import jsonspan
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
+    History,
+    Stateless,
     append_array,
     check_unique,
-    parsed_tools,
-    clean_text,
     load_object,
     params_of,
+    parsed_tools,
     replace_array,
     sum_usage,
     tool_spans,
+    user_text,
 )
 
 # Claude Code's own deferred-tool search tool: the client answers it, we must not hide it.
 CLIENT_SEARCH_TOOLS = frozenset({"ToolSearch"})
 
 
-def _text(content: Any) -> str:
-    """Real user text of a message: string content, or its text blocks (not tool results)."""
+def _texts(content: Any) -> list[Any]:
+    """Text of a user message: string content, or its text blocks (not tool results)."""
     if isinstance(content, str):
-        return clean_text(content)
+        return [content]
     if not isinstance(content, list):
-        return ""
-    parts = [b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"]
-    return clean_text("\n".join(p for p in parts if isinstance(p, str)))
+        return []
+    return [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
 
 
 def _session_hint(data: dict[str, Any]) -> str | None:
@@ -79,7 +80,7 @@ def parse_tool(raw: str) -> Tool:
     return Tool(name, raw, desc if isinstance(desc, str) else "", params_of(d.get("input_schema")), pinned)
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(Stateless):
     api = "anthropic"
 
     def parse_tool(self, raw: str) -> Tool:
@@ -92,41 +93,19 @@ class AnthropicAdapter:
             raise Unsupported("no messages array")
         tools = parsed_tools(body, ["tools"], parse_tool)
         check_unique(tools)
-        query, first, used, called = "", "", set(), set()
-        results: set[str] = set()
-        names_by_id: dict[str, str] = {}
+        history = History()
         for m in messages:
             if not isinstance(m, dict):
                 continue
-            content = m.get("content")
+            blocks = [b for b in m.get("content") or [] if isinstance(b, dict)] if isinstance(m.get("content"), list) else []
             if m.get("role") == "user":
-                text = _text(content)
-                if text:
-                    query = text
-                    first = first or text
-                for b in content if isinstance(content, list) else ():
-                    if isinstance(b, dict) and b.get("type") == "tool_result":
-                        results.add(str(b.get("tool_use_id")))
-            elif m.get("role") == "assistant" and isinstance(content, list):
-                for b in content:
-                    if isinstance(b, dict) and b.get("type") == "tool_use":
-                        names_by_id[str(b.get("id"))] = str(b.get("name"))
-                        called.add(str(b.get("id")))
-        used = {names_by_id[i] for i in results if i in names_by_id}
-        forced = set()
+                history.user(user_text(_texts(m.get("content"))))
+                history.answered |= {str(b.get("tool_use_id")) for b in blocks if b.get("type") == "tool_result"}
+            elif m.get("role") == "assistant":
+                history.calls |= {str(b.get("id")): str(b.get("name")) for b in blocks if b.get("type") == "tool_use"}
         choice = data.get("tool_choice")
-        if isinstance(choice, dict) and choice.get("type") == "tool" and isinstance(choice.get("name"), str):
-            forced.add(choice["name"])
-        return RequestView(
-            tools=tools,
-            query=query,
-            first_user=first,
-            used=frozenset(used),
-            forced=frozenset(forced),
-            stream=data.get("stream") is True,
-            session_hint=_session_hint(data),
-            called_ids=frozenset(called),
-        )
+        forced = [choice["name"]] if isinstance(choice, dict) and choice.get("type") == "tool" and isinstance(choice.get("name"), str) else []
+        return history.view(tools, forced, data.get("stream") is True, _session_hint(data))
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         return replace_array(body, ["tools"], _keep_breakpoint(tool_spans(body, ["tools"]), list(raws)))

@@ -55,6 +55,7 @@ class RequestView:
     stream: bool = False
     session_hint: str | None = None  # a session id the client put in the body
     called_ids: frozenset[str] = frozenset()  # ids of tool calls in the history
+    continues: str | None = None  # a stored response this request chains from (Responses)
 
     def names(self) -> list[str]:
         return [t.name for t in self.tools]
@@ -147,6 +148,20 @@ class Adapter(Protocol):
         ...
 
     def decoder(self) -> StreamDecoder:
+        ...
+
+    # Server-side conversation state (OpenAI Responses ``store``); the other APIs keep none.
+
+    def response_id(self, message: dict[str, Any]) -> str | None:
+        """The id a client's next request may chain from (``previous_response_id``)."""
+        ...
+
+    def pending_items(self, body: str, results: Sequence[ToolResult]) -> list[str]:
+        """Results the server still waits for after a round the client never saw answered
+        (a mixed turn on a stored chain): sent with the client's next chained request."""
+        ...
+
+    def with_pending(self, body: str, items: Sequence[str]) -> str:
         ...
 
     def encode_stream(self, message: dict[str, Any]) -> bytes:

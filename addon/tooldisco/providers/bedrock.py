@@ -18,6 +18,8 @@ from .. import jsonspan
 from .anthropic import AnthropicAdapter
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
+    History,
+    Stateless,
     append_array,
     check_unique,
     load_object,
@@ -25,8 +27,8 @@ from .common import (
     replace_array,
     sum_usage,
     tool_spans,
+    user_text,
 )
-from .openai_responses import user_text
 
 _TOOLS = ["toolConfig", "tools"]
 
@@ -79,7 +81,7 @@ def place_structural(original: Sequence[str], raws: Sequence[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class ConverseAdapter:
+class ConverseAdapter(Stateless):
     stream: bool = False  # /converse-stream
     api = "bedrock_converse"  # not a field: the same for both forms
 
@@ -93,38 +95,23 @@ class ConverseAdapter:
             raise Unsupported("no messages array")
         tools = tuple(parse_tool(raw) for raw in tool_spans(body, _TOOLS) if _is_spec(raw))
         check_unique(tools)
-        query, first = "", ""
-        names_by_id: dict[str, str] = {}
-        answered: set[str] = set()
+        history = History()
         for m in messages:
             if not isinstance(m, dict):
                 continue
             blocks = [b for b in m.get("content") or [] if isinstance(b, dict)]
             if m.get("role") == "user":
-                text = user_text(b.get("text") for b in blocks)
-                if text:
-                    query = text
-                    first = first or text
+                history.user(user_text(b.get("text") for b in blocks))
                 results = [b["toolResult"] for b in blocks if isinstance(b.get("toolResult"), dict)]
-                answered |= {str(r.get("toolUseId")) for r in results}
+                history.answered |= {str(r.get("toolUseId")) for r in results}
             elif m.get("role") == "assistant":
-                for b in blocks:
-                    use = b.get("toolUse")
-                    if isinstance(use, dict):
-                        names_by_id[str(use.get("toolUseId"))] = str(use.get("name"))
+                uses = [b["toolUse"] for b in blocks if isinstance(b.get("toolUse"), dict)]
+                history.calls |= {str(u.get("toolUseId")): str(u.get("name")) for u in uses}
         config = data.get("toolConfig")
         choice = config.get("toolChoice") if isinstance(config, dict) else None
         tool = choice.get("tool") if isinstance(choice, dict) else None
         forced = tool.get("name") if isinstance(tool, dict) else None
-        return RequestView(
-            tools=tools,
-            query=query,
-            first_user=first,
-            used=frozenset(names_by_id[i] for i in answered if i in names_by_id),
-            forced=frozenset([forced] if isinstance(forced, str) else []),  # toolChoice {tool:{name}}
-            stream=self.stream,
-            called_ids=frozenset(names_by_id),
-        )
+        return history.view(tools, [forced] if isinstance(forced, str) else [], self.stream)  # toolChoice {tool:{name}}
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         tools = place_structural(tool_spans(body, _TOOLS), raws)

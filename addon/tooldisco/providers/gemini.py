@@ -17,6 +17,8 @@ from typing import Any, Iterable, Sequence
 from .. import jsonspan
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
+    History,
+    Stateless,
     append_array,
     check_unique,
     load_object,
@@ -25,8 +27,8 @@ from .common import (
     replace_array,
     sum_usage,
     tool_spans,
+    user_text,
 )
-from .openai_responses import user_text
 
 _DECLARATIONS = ("functionDeclarations", "function_declarations")
 # Google's documented thoughtSignature for a function call whose own signature is unavailable.
@@ -104,7 +106,7 @@ def parse_tool(raw: str) -> Tool:
 
 
 @dataclass(frozen=True)
-class GeminiAdapter:
+class GeminiAdapter(Stateless):
     stream: bool = False  # :streamGenerateContent
     sse: bool = True  # with ?alt=sse; else the stream is one JSON array
     api = "gemini"  # not a field: the same for every form
@@ -126,39 +128,24 @@ class GeminiAdapter:
             if key is not None:
                 tools += parsed_tools(body, ["tools", i, key], parse_tool)
         check_unique(tools)
-        query, first = "", ""
-        called: dict[str, str] = {}  # call id (given or stand-in) -> name
-        answered: set[str] = set()
+        history = History()
         for content in contents:
             if not isinstance(content, dict):
                 continue
             parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
             if content.get("role", "user") == "user":  # a content without a role is the user's
                 # Thought parts and functionResponse parts are not the user's words.
-                text = user_text(p.get("text") for p in parts if not p.get("thought"))
-                if text:
-                    query = text
-                    first = first or text
+                history.user(user_text(p.get("text") for p in parts if not p.get("thought")))
                 for p in parts:
                     response = _field(p, "functionResponse", "function_response")
-                    if isinstance(response, dict):
-                        answered.add(str(response.get("name")))
+                    if isinstance(response, dict):  # it names the function it answers (its id is optional)
+                        history.answered_names.add(str(response.get("name")))
             else:
-                for call, _ in _calls_in(parts):
-                    called[call.id] = call.name
+                history.calls |= {call.id: call.name for call, _ in _calls_in(parts)}
         config = _field(_field(data, "toolConfig", "tool_config"), "functionCallingConfig", "function_calling_config")
         allowed = _field(config, "allowedFunctionNames", "allowed_function_names")
-        return RequestView(
-            tools=tuple(tools),
-            query=query,
-            first_user=first,
-            # A functionResponse names the function it answers (its id is optional).
-            used=frozenset(n for n in called.values() if n in answered),
-            # Mode ANY / VALIDATED: every allowed name must be declared, or the API answers 400.
-            forced=frozenset(n for n in allowed or [] if isinstance(n, str)),
-            stream=self.stream,
-            called_ids=frozenset(called),
-        )
+        # Mode ANY / VALIDATED: every allowed name must be declared, or the API answers 400.
+        return history.view(tools, [n for n in allowed or [] if isinstance(n, str)], self.stream)
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         """Declarations go, in the given order, into the first function entry (at its place);

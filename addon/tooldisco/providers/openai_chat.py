@@ -9,25 +9,26 @@ from typing import Any, Iterable, Sequence
 from .. import jsonspan
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
+    History,
+    Stateless,
     append_array,
     check_unique,
-    parsed_tools,
-    clean_text,
     load_object,
     params_of,
+    parsed_tools,
     parse_arguments,
     replace_array,
     sum_usage,
+    user_text,
 )
 
 
-def _text(content: Any) -> str:
+def _texts(content: Any) -> list[Any]:
     if isinstance(content, str):
-        return clean_text(content)
+        return [content]
     if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        return clean_text("\n".join(p for p in parts if isinstance(p, str)))
-    return ""
+        return [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+    return []
 
 
 @functools.lru_cache(maxsize=20_000)
@@ -69,7 +70,7 @@ def forced_names(choice: Any) -> set[str]:
     return set()
 
 
-class OpenAIChatAdapter:
+class OpenAIChatAdapter(Stateless):
     api = "openai_chat"
 
     def parse_tool(self, raw: str) -> Tool:
@@ -82,36 +83,22 @@ class OpenAIChatAdapter:
             raise Unsupported("no messages array")
         tools = parsed_tools(body, ["tools"], parse_tool)
         check_unique(tools)
-        query, first = "", ""
-        names_by_id: dict[str, str] = {}
-        answered: set[str] = set()
+        history = History()
         for m in messages:
             if not isinstance(m, dict):
                 continue
             role = m.get("role")
             if role == "user":
-                text = _text(m.get("content"))
-                if text:
-                    query = text
-                    first = first or text
+                history.user(user_text(_texts(m.get("content"))))
             elif role == "assistant":
                 for tc in m.get("tool_calls") or []:
                     fn = tc.get("function") if isinstance(tc, dict) else None
                     if isinstance(fn, dict):
-                        names_by_id[str(tc.get("id"))] = str(fn.get("name"))
+                        history.calls[str(tc.get("id"))] = str(fn.get("name"))
             elif role == "tool":
-                answered.add(str(m.get("tool_call_id")))
-        hint = data.get("prompt_cache_key")
-        return RequestView(
-            tools=tools,
-            query=query,
-            first_user=first,
-            used=frozenset(names_by_id[i] for i in answered if i in names_by_id),
-            forced=frozenset(forced_names(data.get("tool_choice"))),
-            stream=data.get("stream") is True,
-            session_hint=hint if isinstance(hint, str) and hint else None,
-            called_ids=frozenset(names_by_id),
-        )
+                history.answered.add(str(m.get("tool_call_id")))
+        stream = data.get("stream") is True
+        return history.view(tools, forced_names(data.get("tool_choice")), stream, data.get("prompt_cache_key"))
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         return replace_array(body, ["tools"], raws)

@@ -10,58 +10,25 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from typing import Any, Iterable, Iterator, Sequence
 
 from .. import jsonspan
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
+    History,
     append_array,
     check_unique,
-    clean_text,
     load_object,
     params_of,
     parse_arguments,
     parsed_tools,
     replace_array,
     sum_usage,
+    user_text,
 )
 from .openai_chat import forced_names
 
 _CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
-_OPEN_TAG = re.compile(r"<([A-Za-z_][\w.:-]*)(?:\s[^>]*)?>")
-# Codex wraps the project's AGENTS.md in a user message that starts with this heading.
-_AGENTS_MD = "# AGENTS.md instructions for "
-
-
-def _blocks_only(text: str) -> bool:
-    """True when ``text`` is nothing but ``<tag>…</tag>`` blocks (scanned, no regex backtracking)."""
-    rest = text.strip()
-    if not rest:
-        return False
-    while rest:
-        opening = _OPEN_TAG.match(rest)
-        if opening is None:
-            return False
-        closing = f"</{opening.group(1)}>"
-        end = rest.find(closing, opening.end())
-        if end < 0:
-            return False
-        rest = rest[end + len(closing) :].lstrip()
-    return True
-
-
-def injected(text: str) -> bool:
-    """Context an agent injects as a user turn, not the user's words: Codex sends
-    ``<environment_context>``, ``<user_instructions>``, ``<recommended_plugins>`` blocks and the
-    ``# AGENTS.md instructions for …`` wrapper as user messages."""
-    return text.startswith(_AGENTS_MD) or _blocks_only(text)
-
-
-def user_text(texts: Iterable[Any]) -> str:
-    """The user's own words among a message's text parts: reminders removed, injected parts skipped."""
-    kept = [t for t in (clean_text(p) for p in texts if isinstance(p, str)) if t and not injected(t)]
-    return "\n".join(kept)
 
 
 def _message_texts(content: Any) -> list[Any]:
@@ -156,37 +123,24 @@ class OpenAIResponsesAdapter:
             raise Unsupported("input is neither text nor a list of items")
         tools = parsed_tools(body, ["tools"], parse_tool)
         check_unique(tools)
-        query, first = "", ""
-        names_by_call: dict[str, str] = {}
-        answered: set[str] = set()
+        history = History()
         for item in items:
             if not isinstance(item, dict):
                 continue
             kind = item.get("type", "message")  # easy input messages may leave the type out
             if kind == "message" and item.get("role") == "user":
-                text = user_text(_message_texts(item.get("content")))
-                if text:
-                    query = text
-                    first = first or text
+                history.user(user_text(_message_texts(item.get("content"))))
             elif kind in _CALLS:
                 # A namespaced call uses its namespace, which is the entry in tools[].
                 namespace = item.get("namespace")
                 name = namespace if isinstance(namespace, str) and namespace else item.get("name")
-                names_by_call[str(item.get("call_id"))] = str(name)
+                history.calls[str(item.get("call_id"))] = str(name)
             elif kind in _CALLS.values():
-                answered.add(str(item.get("call_id")))
-        hint = data.get("prompt_cache_key")
-        return RequestView(
-            tools=tools,
-            query=query,
-            first_user=first,
-            used=frozenset(names_by_call[c] for c in answered if c in names_by_call),
-            # {type:"function", name} and {type:"allowed_tools", tools:[{type:"function", name}]}
-            forced=frozenset(forced_names(data.get("tool_choice"))),
-            stream=data.get("stream") is True,
-            session_hint=hint if isinstance(hint, str) and hint else None,
-            called_ids=frozenset(names_by_call),
-        )
+                history.answered.add(str(item.get("call_id")))
+        # tool_choice {type:"function", name} and {type:"allowed_tools", tools:[{type:"function", name}]}
+        forced = forced_names(data.get("tool_choice"))
+        return history.view(tools, forced, data.get("stream") is True, data.get("prompt_cache_key"),
+                            continues=data.get("previous_response_id") if _stored(data) else None)
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         return replace_array(body, ["tools"], raws)
@@ -248,6 +202,27 @@ class OpenAIResponsesAdapter:
             replay = [jsonspan.dumps(item) for item in _replay(message.get("output"), _stored(data))]
             body = append_array(body, ["input"], replay + outputs)
         return append_array(body, ["tools"], add_raws) if add_raws else body
+
+    def response_id(self, message: dict[str, Any]) -> str | None:
+        rid = message.get("id")
+        return rid if isinstance(rid, str) and message.get("store") is not False else None
+
+    def pending_items(self, body: str, results: Sequence[ToolResult]) -> list[str]:
+        # A stored response with a function_call lacking its output fails the next chained
+        # turn ("No tool output found for function call …"): the outputs must follow.
+        if not _stored(load_object(body)):
+            return []
+        return [jsonspan.dumps({"type": "function_call_output", "call_id": r.call.id, "output": r.content})
+                for r in results]
+
+    def with_pending(self, body: str, items: Sequence[str]) -> str:
+        span = jsonspan.find(body, ["input"])
+        if not items or span is None:
+            return body
+        if body[span[0]] == '"':  # a string input becomes a user message after the outputs
+            return jsonspan.replace(body, span, "[" + ",".join(items) + ',{"role":"user","content":' + body[span[0]:span[1]] + "}]")
+        inner = body[span[0] + 1 : span[1] - 1].strip()
+        return jsonspan.replace(body, span, "[" + ",".join(items) + ("," + inner if inner else "") + "]")
 
     def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
         """Phantom calls leave the output (with reasoning that led only to them) and the echoed
