@@ -173,11 +173,18 @@ class ToolDiscovery:
             return
         first = Reply(flow.response.status_code, body, flow.response.headers.get("content-type", ""))
         reply = await self.engine.complete(context, first, lambda b: self._send(flow, b))
-        if reply is not None:
-            flow.response.status_code = reply.status
-            if reply.content_type:
-                flow.response.headers["content-type"] = reply.content_type
-            flow.response.content = reply.body
+        if reply is None:
+            return
+        if reply.merged:
+            for name, value in reply.headers or []:
+                flow.response.headers[name] = value
+        else:  # another answer than the first (an error, or the client's own request resent)
+            kept = [(k.encode(), v.encode()) for k, v in reply.headers or [] if k.lower() not in HOP_BY_HOP]
+            flow.response.headers = http.Headers(kept)
+        flow.response.status_code = reply.status
+        if reply.content_type:
+            flow.response.headers["content-type"] = reply.content_type
+        flow.response.content = reply.body
 
     # --- re-forwarding -----------------------------------------------------------------
 
@@ -191,7 +198,7 @@ class ToolDiscovery:
         except httpx.HTTPError as e:
             log.warning("phantom re-forward failed: %s", e)
             return Reply(502, b'{"error":{"type":"proxy_error","message":"re-forward failed"}}')
-        return Reply(r.status_code, r.content, r.headers.get("content-type", ""))
+        return Reply(r.status_code, r.content, r.headers.get("content-type", ""), list(r.headers.multi_items()))
 
     @staticmethod
     def _signed(url: str, headers, body: bytes) -> list[tuple[str, str]]:

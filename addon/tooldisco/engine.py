@@ -37,6 +37,10 @@ class Reply:
     status: int
     body: bytes
     content_type: str = "application/json"
+    # Upstream headers of this answer (an error passed on keeps its error type, request id and
+    # retry-after); for a merged answer: only the headers to override on the first one.
+    headers: list[tuple[str, str]] | None = None
+    merged: bool = False
 
     @property
     def is_stream(self) -> bool:
@@ -302,7 +306,7 @@ class Engine:
             if final_reply is not None:
                 return final_reply
             body = ctx.adapter.encode_stream(action.message) if self._streamed(ctx, reply) else _json(action.message)
-            return Reply(200, body, reply.content_type)
+            return Reply(200, body, reply.content_type, list(ctx.adapter.usage_headers(action.message).items()), True)
         except Exception as e:  # fail open: the client gets the first answer as it came
             record.outcome = f"error: {type(e).__name__}"
             logger.opt(exception=e).warning("phantom loop failed; passing the upstream answer through")

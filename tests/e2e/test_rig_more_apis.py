@@ -256,7 +256,8 @@ def test_gemini_tool_loop_with_thought_signatures(genai_client: genai.Client, fa
     assert text == 'Done:\nlast tool result: {"temp":"22C"}'
     recs = fake.api_requests("gemini")
     method = "streamGenerateContent" if stream else "generateContent"
-    assert all(r.path == f"/v1beta/models/{GEMINI}:{method}" for r in recs)
+    # google-genai 2.x calls /v1beta, 3.x /v1: both are the Gemini API
+    assert all(r.path in (f"/v1beta/models/{GEMINI}:{method}", f"/v1/models/{GEMINI}:{method}") for r in recs)
     assert all(r.query_params.get("alt") == (["sse"] if stream else None) for r in recs)
     assert recs[0].header("x-goog-api-key") == "test-gemini-key"
     assert recs[0].tool_names == ["get_weather", SEARCH_TOOL]

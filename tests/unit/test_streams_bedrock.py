@@ -218,7 +218,9 @@ def test_invoke_stream_reuses_the_anthropic_assembler() -> None:
     assert "amazon-bedrock-invocationMetrics" in events[-1].data  # kept in the event
     assert message["content"][1]["input"] == {"query": "event stream"}
     assert message["usage"]["output_tokens"] == 57
-    assert anthropic_bedrock_final(body, chunk=9) == {**message, "stop_details": None}
+    assert message[bedrock.METRICS] == events[-1].data[bedrock.METRICS]  # kept on the message too
+    plain = {k: v for k, v in message.items() if k != bedrock.METRICS}
+    assert anthropic_bedrock_final(body, chunk=9) == {**plain, "stop_details": None}
 
 
 def test_invoke_round_trip_through_boto3_and_the_anthropic_bedrock_client() -> None:
@@ -226,8 +228,11 @@ def test_invoke_round_trip_through_boto3_and_the_anthropic_bedrock_client() -> N
     message = decoder.message()
     encoded = bedrock.encode_invoke(message)
     inner = [json.loads(event["chunk"]["bytes"]) for event in boto3_events("invoke", encoded)]
-    assert inner == anthropic.stream_events(message)
-    assert anthropic_bedrock_final(encoded, chunk=4) == {**message, "stop_details": None}
+    plain = {k: v for k, v in message.items() if k != bedrock.METRICS}
+    expected = anthropic.stream_events(plain)
+    assert inner[:-1] == expected[:-1]
+    assert inner[-1] == {**expected[-1], bedrock.METRICS: message[bedrock.METRICS]}  # back on message_stop
+    assert anthropic_bedrock_final(encoded, chunk=4) == {**plain, "stop_details": None}
     again, _ = decode(bedrock.InvokeStreamDecoder, [encoded])
     assert again.message() == message
 

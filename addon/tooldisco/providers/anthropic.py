@@ -10,7 +10,7 @@ from .. import jsonspan
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     History,
-    Stateless,
+    AdapterDefaults,
     append_array,
     check_unique,
     load_object,
@@ -80,7 +80,7 @@ def parse_tool(raw: str) -> Tool:
     return Tool(name, raw, desc if isinstance(desc, str) else "", params_of(d.get("input_schema")), pinned)
 
 
-class AnthropicAdapter(Stateless):
+class AnthropicAdapter(AdapterDefaults):
     api = "anthropic"
 
     def parse_tool(self, raw: str) -> Tool:

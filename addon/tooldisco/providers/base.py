@@ -150,6 +150,10 @@ class Adapter(Protocol):
     def decoder(self) -> StreamDecoder:
         ...
 
+    def usage_headers(self, message: dict[str, Any]) -> dict[str, str]:
+        """Response headers that restate usage (Bedrock InvokeModel), for a merged answer."""
+        ...
+
     # Server-side conversation state (OpenAI Responses ``store``); the other APIs keep none.
 
     def response_id(self, message: dict[str, Any]) -> str | None:

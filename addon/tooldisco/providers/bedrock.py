@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
+from ..streams.bedrock import METRICS
 from .anthropic import AnthropicAdapter
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     History,
-    Stateless,
+    AdapterDefaults,
     append_array,
     check_unique,
     load_object,
@@ -81,7 +82,7 @@ def place_structural(original: Sequence[str], raws: Sequence[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class ConverseAdapter(Stateless):
+class ConverseAdapter(AdapterDefaults):
     stream: bool = False  # /converse-stream
     api = "bedrock_converse"  # not a field: the same for both forms
 
@@ -214,6 +215,19 @@ class InvokeAdapter(AnthropicAdapter):
     stream framing, and the stream flag in the path (the body has no ``stream``)."""
 
     api = "bedrock_invoke"
+
+    def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        out = super().merge(rounds)
+        metrics = sum_usage(r.get(METRICS) for r in rounds)  # latencies and token counts add up
+        if metrics is not None:
+            out[METRICS] = metrics
+        return out
+
+    def usage_headers(self, message: dict[str, Any]) -> dict[str, str]:
+        # InvokeModel restates usage in headers; after a merge they must match the summed body.
+        usage = message.get("usage") or {}
+        names = {"input_tokens": "x-amzn-bedrock-input-token-count", "output_tokens": "x-amzn-bedrock-output-token-count"}
+        return {h: str(usage[k]) for k, h in names.items() if isinstance(usage.get(k), int)}
 
     def __init__(self, stream: bool = False) -> None:
         self.stream = stream

@@ -88,8 +88,11 @@ class History:
         )
 
 
-class Stateless:
-    """Adapter defaults for APIs that keep no conversation on the server."""
+class AdapterDefaults:
+    """What most APIs do: no conversation kept on the server, usage only in the body."""
+
+    def usage_headers(self, message: dict[str, Any]) -> dict[str, str]:
+        return {}
 
     def response_id(self, message: dict[str, Any]) -> str | None:
         return None

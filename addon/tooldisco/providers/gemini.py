@@ -18,7 +18,7 @@ from .. import jsonspan
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     History,
-    Stateless,
+    AdapterDefaults,
     append_array,
     check_unique,
     load_object,
@@ -106,7 +106,7 @@ def parse_tool(raw: str) -> Tool:
 
 
 @dataclass(frozen=True)
-class GeminiAdapter(Stateless):
+class GeminiAdapter(AdapterDefaults):
     stream: bool = False  # :streamGenerateContent
     sse: bool = True  # with ?alt=sse; else the stream is one JSON array
     api = "gemini"  # not a field: the same for every form

@@ -10,7 +10,7 @@ from .. import jsonspan
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     History,
-    Stateless,
+    AdapterDefaults,
     append_array,
     check_unique,
     load_object,
@@ -70,7 +70,7 @@ def forced_names(choice: Any) -> set[str]:
     return set()
 
 
-class OpenAIChatAdapter(Stateless):
+class OpenAIChatAdapter(AdapterDefaults):
     api = "openai_chat"
 
     def parse_tool(self, raw: str) -> Tool:

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from .. import jsonspan
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
+    AdapterDefaults,
     History,
     append_array,
     check_unique,
@@ -108,7 +109,7 @@ def _orphaned_reasoning(output: list[Any], removed: set[int]) -> set[int]:
     return orphans
 
 
-class OpenAIResponsesAdapter:
+class OpenAIResponsesAdapter(AdapterDefaults):
     api = "openai_responses"
 
     def parse_tool(self, raw: str) -> Tool:

@@ -178,18 +178,33 @@ class ConverseStreamDecoder(_FramedStreamDecoder):
         super().__init__(ConverseStreamAssembler())
 
 
+METRICS = "amazon-bedrock-invocationMetrics"
+
+
 class InvokeStreamDecoder(_FramedStreamDecoder):
     """InvokeModelWithResponseStream (Claude) bytes -> the inner Anthropic events;
     ``message()`` is the Anthropic ``Message`` (InvokeModel's non-streaming body)."""
 
     def __init__(self) -> None:
         super().__init__(anthropic.AnthropicAssembler())
+        self._metrics: Any = None
 
     def _unwrap(self, frame: Frame) -> tuple[str | None, Any]:
         outer = _json_payload(frame.payload)
         if frame.event_type != "chunk" or not isinstance(outer, dict) or not isinstance(outer.get("bytes"), str):
             return frame.event_type, outer
-        return None, loads_or_text(base64.b64decode(outer["bytes"]).decode("utf-8", errors="replace"))
+        inner = loads_or_text(base64.b64decode(outer["bytes"]).decode("utf-8", errors="replace"))
+        if isinstance(inner, dict) and inner.get("type") == "message_stop" and METRICS in inner:
+            self._metrics = inner[METRICS]
+        return None, inner
+
+    def message(self) -> dict[str, Any]:
+        """Bedrock reports the invocation's metrics on ``message_stop``: kept on the message, so a
+        merge can sum them and ``encode_invoke`` can put them back."""
+        message = super().message()
+        if self._metrics is not None:
+            message[METRICS] = self._metrics
+        return message
 
 
 def _event_frame(event_type: str, payload: dict[str, Any]) -> bytes:
@@ -257,8 +272,12 @@ def encode_converse(response: dict[str, Any]) -> bytes:
 
 def encode_invoke(message: dict[str, Any]) -> bytes:
     """The InvokeModelWithResponseStream body for an Anthropic ``message``."""
+    message = dict(message)
+    metrics = message.pop(METRICS, None)
     frames = []
     for event in anthropic.stream_events(message):
+        if metrics is not None and event.get("type") == "message_stop":
+            event = {**event, METRICS: metrics}
         wrapped = base64.b64encode(dumps(event).encode("utf-8")).decode("ascii")
         frames.append(_event_frame("chunk", {"bytes": wrapped}))
     return b"".join(frames)
