@@ -87,3 +87,23 @@ def test_deferral_plan_threshold_upfront_and_expanded():
 def test_phantom_description_names_groups():
     d = deferral.phantom_description(view().tools, "regex", 5)
     assert "Search 60 more tools" in d and "mcp__github__ (5)" in d and "select:" in d and "regular expression" in d
+
+
+@pytest.mark.parametrize("scorer", ["bm25", "hybrid"])
+def test_relevance_can_rank_with_a_search_backend(tmp_path, scorer):
+    """Issue 6.4: ``scorer`` swaps the seed's word overlap for BM25 or hybrid ranking."""
+    import json
+
+    from tooldisco.engine import Engine
+    from tooldisco.providers.anthropic import AnthropicAdapter
+    from tests.support.catalog import anthropic_tools
+
+    config = parse({"pipes": {"tool_discovery": {"enabled": True, "strategy": "relevance", "scorer": scorer,
+                                                 "max_tools": 6}},
+                    "sessions": {"dir": str(tmp_path)}, "telemetry": {"enabled": False}})
+    engine = Engine(config)
+    body = json.dumps({"model": "m", "max_tokens": 5, "tools": anthropic_tools(60),
+                       "messages": [{"role": "user", "content": "I need the forecast: will it rain in Oslo tomorrow?"}]})
+    kept = [t["name"] for t in json.loads(engine.prepare(AnthropicAdapter(), {}, body.encode()).body)["tools"]]
+    engine.close()
+    assert len(kept) == 6 and "mcp__weather__get_forecast" in kept
