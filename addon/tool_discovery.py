@@ -137,7 +137,9 @@ class ToolDiscovery:
         if status is sigv4.Status.CANNOT:  # a changed body would fail the signature check
             log.warning("tool discovery skipped: %s", reason)
             return
-        prepared = engine.prepare(adapter, headers, body)
+        # In a worker thread: a first request on a large catalog may build a search index,
+        # and a blocking call in a hook would stall every other flow of the proxy.
+        prepared = await asyncio.to_thread(engine.prepare, adapter, headers, body)
         if prepared.body is not None:
             flow.request.content = prepared.body
             flow.request.headers = http.Headers(

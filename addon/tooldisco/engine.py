@@ -8,6 +8,7 @@ telemetry reason, never a broken request.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -365,7 +366,9 @@ class Engine:
                 if sel.fallback:
                     return self._restore_all(ctx, call, record, sel.fallback, t0)
                 searcher = FixedRanking(sel.names)
-        outcome = run_query(call.arguments, catalog, searcher, td.max_search_results, td.always_keep)
+        # A worker thread: building an index (embeddings) for a new catalog can take seconds.
+        outcome = await asyncio.to_thread(run_query, call.arguments, catalog, searcher, td.max_search_results,
+                                          td.always_keep)
         record.query, record.matched = outcome.query, list(outcome.matched)
         record.backend, record.fallback = outcome.backend, outcome.fallback
         record.error = outcome.text if outcome.is_error else None
