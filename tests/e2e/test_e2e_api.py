@@ -34,6 +34,7 @@ class FaultySelector:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else each kept-alive answer waits for a delayed ACK
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
