@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tooldisco import sigv4  # noqa: E402
 from tooldisco.config import ConfigError, load_config  # noqa: E402
 from tooldisco.engine import Engine, FlowContext, Reply  # noqa: E402
+from tooldisco.providers.base import Adapter  # noqa: E402
 
 DEFAULT_CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "tool_discovery.yaml")
 META_HOST = "tool_discovery.host"  # the host the client asked for, before map_remote
@@ -125,6 +126,15 @@ class ToolDiscovery:
         adapter = engine.adapter_for(host, flow.request.method, flow.request.path)
         if adapter is None:
             return
+        original = (flow.request.raw_content, flow.request.headers.copy())
+        try:
+            await self._rewrite(flow, engine, adapter)
+        except Exception:  # fail open: the request goes out exactly as the client sent it
+            log.exception("tool discovery failed; forwarding the request unchanged")
+            flow.request.raw_content, flow.request.headers = original
+            flow.metadata.pop(META_CONTEXT, None)
+
+    async def _rewrite(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter) -> None:
         try:
             body = flow.request.get_content(strict=True)
         except ValueError as e:
@@ -142,9 +152,8 @@ class ToolDiscovery:
         prepared = await asyncio.to_thread(engine.prepare, adapter, headers, body)
         if prepared.body is not None:
             flow.request.content = prepared.body
-            flow.request.headers = http.Headers(
-                [(k.encode(), v.encode()) for k, v in self._signed(flow.request.url, flow.request.headers.items(multi=True), prepared.body)]
-            )
+            signed = self._signed(flow.request.url, flow.request.headers.items(multi=True), prepared.body)
+            flow.request.headers = http.Headers([(k.encode(), v.encode()) for k, v in signed])
         if prepared.context is not None:
             flow.metadata[META_CONTEXT] = prepared.context
         if prepared.background is not None:
@@ -175,18 +184,23 @@ class ToolDiscovery:
             return
         first = Reply(flow.response.status_code, body, flow.response.headers.get("content-type", ""))
         reply = await self.engine.complete(context, first, lambda b: self._send(flow, b))
-        if reply is None:
-            return
+        if reply is not None:
+            self._answer(flow.response, reply)
+
+    @staticmethod
+    def _answer(response: http.Response, reply: Reply) -> None:
+        """Put the engine's answer on the flow: a merged one over the first answer's headers,
+        another one (an error passed on, the client's own request resent) with its own."""
         if reply.merged:
             for name, value in reply.headers or []:
-                flow.response.headers[name] = value
-        else:  # another answer than the first (an error, or the client's own request resent)
+                response.headers[name] = value
+        else:
             kept = [(k.encode(), v.encode()) for k, v in reply.headers or [] if k.lower() not in HOP_BY_HOP]
-            flow.response.headers = http.Headers(kept)
-        flow.response.status_code = reply.status
+            response.headers = http.Headers(kept)
+        response.status_code = reply.status
         if reply.content_type:
-            flow.response.headers["content-type"] = reply.content_type
-        flow.response.content = reply.body
+            response.headers["content-type"] = reply.content_type
+        response.content = reply.body
 
     # --- re-forwarding -----------------------------------------------------------------
 

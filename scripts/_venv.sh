@@ -39,12 +39,19 @@ MSG
         echo "creating .venv with $py" >&2
         "$py" -m venv .venv
     fi
-    want="$(cat pyproject.toml | sha256sum | cut -c1-16) [$extras]"
+    # The stamp holds the pyproject hash and the extras installed; a run that needs no more
+    # than what is there installs nothing (scripts/run and scripts/test share .venv).
     stamp=.venv/.tooldisco-installed
-    if ! grep -qxF "$want" "$stamp" 2>/dev/null; then
-        echo "installing dependencies into .venv ($extras)" >&2
+    hash=$(sha256sum pyproject.toml | cut -c1-16)
+    have=""
+    if [ -f "$stamp" ] && [ "$(cut -d' ' -f1 "$stamp")" = "$hash" ]; then
+        have=$(cut -s -d' ' -f2 "$stamp" | tr -d '[]')
+    fi
+    want=$(printf '%s\n' ${have//,/ } ${extras//,/ } | grep -v '^$' | sort -u | paste -sd, -)
+    if [ ! -f "$stamp" ] || [ "$(cut -d' ' -f1 "$stamp")" != "$hash" ] || [ "$want" != "$have" ]; then
+        echo "installing dependencies into .venv (${want:-core})" >&2
         .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
-        .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extras:+[$extras]}" >&2
-        echo "$want" > "$stamp"
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${want:+[$want]}" >&2
+        echo "$hash $want" > "$stamp"
     fi
 }

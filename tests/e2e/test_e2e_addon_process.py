@@ -93,3 +93,20 @@ def test_shipped_default_config_keeps_likely_tools_upfront(mitm_factory, fake, t
                                messages=[{"role": "user", "content": f"small catalog {uuid.uuid4().hex}"}])
         names = [t["name"] for t in fake.api_requests("anthropic")[-1].json["tools"]]
         assert len(names) == 6 and SEARCH_TOOL not in names  # below 10 tools and 10K tokens: nothing deferred
+
+
+@pytest.mark.parametrize("path, headers", [
+    ("https://api.anthropic.com/v1/messages?beta=true", {"x-api-key": "k"}),
+    ("https://api.openai.com/v1/chat/completions", {"authorization": "Bearer k"}),
+])
+def test_passthrough_strategy_forwards_bytes_untouched(mitm_factory, fake, path, headers):
+    proxy = mitm_factory(config=lambda d: "pipes:\n  tool_discovery:\n    enabled: true\n    strategy: passthrough\n"
+                         f"sessions: {{dir: {d}/s}}\ntelemetry: {{path: {d}/t.jsonl}}\n")
+    tools = anthropic_tools(60) if "anthropic" in path else [
+        {"type": "function", "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]}}
+        for t in anthropic_tools(60)]
+    raw = ('{"model": "m",  "max_tokens": 9, "tools": ' + __import__("json").dumps(tools, indent=2)
+           + ', "messages": [{"role": "user", "content": "caf\\u00e9 \u00e9"}]}').encode()
+    with proxy.httpx_client() as client:
+        r = client.post(path, content=raw, headers={**headers, "content-type": "application/json"})
+    assert r.status_code == 200 and fake.last_request().body == raw

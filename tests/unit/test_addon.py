@@ -132,3 +132,16 @@ sessions: {{dir: {tmp_path}/s}}
         other = ws_flow("/some/other/socket")
         addon.requestheaders(other)
         assert other.response is None
+
+
+async def test_a_bug_in_the_rewrite_leaves_the_request_as_sent(tmp_path, monkeypatch, caplog):
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path))
+        monkeypatch.setattr(tool_discovery.ToolDiscovery, "_signed", staticmethod(lambda *a: 1 / 0))
+        f = flow()
+        before = (f.request.raw_content, f.request.headers.copy())
+        addon.requestheaders(f)
+        await addon.request(f)
+        assert (f.request.raw_content, f.request.headers) == before
+        assert "forwarding the request unchanged" in caplog.text
