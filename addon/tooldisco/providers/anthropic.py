@@ -16,6 +16,7 @@ from .common import (
     load_object,
     params_of,
     parsed_tools,
+    query_schema,
     replace_array,
     sum_usage,
     tool_spans,
@@ -115,11 +116,7 @@ class AnthropicAdapter(AdapterDefaults):
             {
                 "name": name,
                 "description": description,
-                "input_schema": {
-                    "type": "object",
-                    "properties": {"query": {"type": "string", "description": "What to search for."}},
-                    "required": ["query"],
-                },
+                "input_schema": query_schema(),
             }
         )
 

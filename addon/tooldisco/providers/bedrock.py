@@ -25,6 +25,7 @@ from .common import (
     check_unique,
     load_object,
     params_of,
+    query_schema,
     replace_array,
     sum_usage,
     tool_spans,
@@ -127,13 +128,7 @@ class ConverseAdapter(AdapterDefaults):
                 "toolSpec": {
                     "name": name,
                     "description": description,
-                    "inputSchema": {
-                        "json": {
-                            "type": "object",
-                            "properties": {"query": {"type": "string", "description": "What to search for."}},
-                            "required": ["query"],
-                        }
-                    },
+                    "inputSchema": {"json": query_schema()},
                 }
             }
         )

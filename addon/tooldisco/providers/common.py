@@ -104,6 +104,20 @@ class AdapterDefaults:
         return body
 
 
+def query_schema(*, upper: bool = False, strict: bool = False) -> dict[str, Any]:
+    """The phantom tool's one parameter. Gemini's OpenAPI subset spells types upper-case;
+    ``strict`` closes the object so OpenAI's strict mode accepts it either way."""
+    kind, text = ("OBJECT", "STRING") if upper else ("object", "string")
+    schema: dict[str, Any] = {
+        "type": kind,
+        "properties": {"query": {"type": text, "description": "What to search for."}},
+        "required": ["query"],
+    }
+    if strict:
+        schema["additionalProperties"] = False
+    return schema
+
+
 def params_of(schema: Any) -> tuple[tuple[str, str], ...]:
     """Top-level parameter names and descriptions of a JSON schema."""
     props = schema.get("properties") if isinstance(schema, dict) else None

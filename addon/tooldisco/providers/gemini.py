@@ -24,6 +24,7 @@ from .common import (
     load_object,
     params_of,
     parsed_tools,
+    query_schema,
     replace_array,
     sum_usage,
     tool_spans,
@@ -177,11 +178,7 @@ class GeminiAdapter(AdapterDefaults):
             {
                 "name": name,
                 "description": description,
-                "parameters": {
-                    "type": "OBJECT",
-                    "properties": {"query": {"type": "STRING", "description": "What to search for."}},
-                    "required": ["query"],
-                },
+                "parameters": query_schema(upper=True),
             }
         )
 

@@ -16,6 +16,7 @@ from .common import (
     load_object,
     params_of,
     parsed_tools,
+    query_schema,
     parse_arguments,
     replace_array,
     sum_usage,
@@ -110,11 +111,7 @@ class OpenAIChatAdapter(AdapterDefaults):
                 "function": {
                     "name": name,
                     "description": description,
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"query": {"type": "string", "description": "What to search for."}},
-                        "required": ["query"],
-                    },
+                    "parameters": query_schema(),
                 },
             }
         )

@@ -23,6 +23,7 @@ from .common import (
     params_of,
     parse_arguments,
     parsed_tools,
+    query_schema,
     replace_array,
     sum_usage,
     user_text,
@@ -154,12 +155,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
                 "type": "function",
                 "name": name,
                 "description": description,
-                "parameters": {
-                    "type": "object",
-                    "properties": {"query": {"type": "string", "description": "What to search for."}},
-                    "required": ["query"],
-                    "additionalProperties": False,
-                },
+                "parameters": query_schema(strict=True),
             }
         )
 
