@@ -145,3 +145,31 @@ async def test_a_bug_in_the_rewrite_leaves_the_request_as_sent(tmp_path, monkeyp
         await addon.request(f)
         assert (f.request.raw_content, f.request.headers) == before
         assert "forwarding the request unchanged" in caplog.text
+
+
+@pytest.mark.parametrize("options, verify, proxy", [
+    ({}, True, None),
+    ({"ssl_insecure": True}, False, None),
+    ({"mode": ["upstream:http://corp-proxy:3128"]}, True, "http://corp-proxy:3128"),
+])
+def test_reforwards_honour_upstream_mode_and_tls_options(tmp_path, monkeypatch, options, verify, proxy):
+    seen = {}
+    monkeypatch.setattr(tool_discovery.httpx, "AsyncClient", lambda **kw: seen.update(kw) or object())
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path), **options)
+        addon._make_client()
+    assert seen["verify"] is verify and seen["proxy"] == proxy and seen["trust_env"] is False
+
+
+def test_reforwards_trust_a_custom_upstream_ca(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(tool_discovery.httpx, "AsyncClient", lambda **kw: seen.update(kw) or object())
+    monkeypatch.setattr(tool_discovery.ssl, "create_default_context", lambda **kw: ("ctx", kw))
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        ca = tmp_path / "ca.pem"
+        ca.write_text("x")
+        tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path), ssl_verify_upstream_trusted_ca=str(ca))
+        addon._make_client()
+    assert seen["verify"] == ("ctx", {"cafile": str(ca), "capath": None})
