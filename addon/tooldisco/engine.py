@@ -192,7 +192,9 @@ class Engine:
         catalog = _earlier(adapter, state, set(view.names())) | {t.name: t for t in plan.deferred}
         backend = "api" if td.strategy == "api" else td.search.backend
         phantom_raw = adapter.phantom_tool(
-            phantom, deferral.phantom_description(plan.deferred, backend, td.max_search_results)
+            # Described over deferred + found: a discovery then leaves the search tool's text,
+            # and so the cached prompt prefix up to it, unchanged.
+            phantom, deferral.phantom_description(plan.deferred + plan.expanded, backend, td.max_search_results)
         )
         raws = [t.raw for t in plan.kept] + [phantom_raw] + [t.raw for t in plan.expanded]
         new = adapter.with_tools(text, raws)

@@ -120,6 +120,8 @@ def test_anthropic_sdk_stream_and_second_turn_is_sticky(mitm, fake, anthropic_cl
     assert "sunny" in answer.content[0].text
     reqs = fake.api_requests("anthropic")
     assert len(reqs) == 3 and TARGET in names_a(reqs[2]) and names_a(reqs[2])[:2] == ["read_file", SEARCH_TOOL]
+    # The prefix up to and including the search tool is the same before and after the discovery.
+    assert reqs[2].json["tools"][:2] == reqs[0].json["tools"][:2]
 
 
 def test_anthropic_mixed_turn(mitm, fake, anthropic_client):

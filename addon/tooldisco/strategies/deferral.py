@@ -40,7 +40,8 @@ def groups(tools: Sequence[Tool], most: int = 12) -> str:
     for t in tools:
         parts = t.name.split("__")
         counts[f"{parts[0]}__{parts[1]}__" if len(parts) >= 3 and parts[1] else "other"] += 1
-    named = [(k, n) for k, n in counts.most_common() if k != "other"][:most]
+    # Sorted by count, then name: the same catalog always reads the same, whatever its order.
+    named = sorted(((k, n) for k, n in counts.items() if k != "other"), key=lambda kn: (-kn[1], kn[0]))[:most]
     rest = sum(counts.values()) - sum(n for _, n in named)
     parts = [f"{k} ({n})" for k, n in named] + ([f"other ({rest})"] if rest else [])
     return ", ".join(parts)
@@ -48,7 +49,7 @@ def groups(tools: Sequence[Tool], most: int = 12) -> str:
 
 def phantom_description(deferred: Sequence[Tool], backend: str, limit: int) -> str:
     return (
-        f"Search {len(deferred)} more tools that are available but not loaded yet: {groups(deferred)}. "
+        f"Search {len(deferred)} more tools that are available on demand: {groups(deferred)}. "
         f"Call this whenever you need a capability none of your loaded tools has. The best matches "
         f"(up to {limit}) are loaded for you and can be called directly right after. "
         f"query: {_QUERY_HELP.get(backend, _QUERY_HELP['bm25'])}. "
