@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "addon"))  # imported as the addon imports it
 
-from addon.tooldisco.providers.base import Tool  # noqa: E402
-from addon.tooldisco.search import BACKENDS, QueryError, Searcher, make_searcher  # noqa: E402
-from addon.tooldisco.search.index_cache import clear_all  # noqa: E402
+from tooldisco.providers.base import Tool  # noqa: E402
+from tooldisco.search import BACKENDS, QueryError, Searcher, make_searcher  # noqa: E402
+from tooldisco.search.index_cache import clear_all  # noqa: E402
 
 LIMIT = 10
 

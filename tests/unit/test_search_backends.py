@@ -9,16 +9,16 @@ import time
 import pytest
 from loguru import logger
 
-from addon.tooldisco.providers.base import Tool
-from addon.tooldisco.search import BACKENDS, QueryError, make_searcher
-from addon.tooldisco.search import bm25_search, embeddings, hybrid_search
-from addon.tooldisco.search.bm25_search import BM25Searcher
-from addon.tooldisco.search.documents import embedding_views, schema_values
-from addon.tooldisco.search.fuzzy_search import FuzzySearcher
-from addon.tooldisco.search.hybrid_search import HybridSearcher, rrf, round_robin, sentences
-from addon.tooldisco.search.index_cache import IndexCache
-from addon.tooldisco.search.regex_search import RegexSearcher
-from addon.tooldisco.search.tokens import terms, words
+from tooldisco.providers.base import Tool
+from tooldisco.search import BACKENDS, QueryError, make_searcher
+from tooldisco.search import bm25_search, embeddings, hybrid_search
+from tooldisco.search.bm25_search import BM25Searcher
+from tooldisco.search.documents import embedding_views, schema_values
+from tooldisco.search.fuzzy_search import FuzzySearcher
+from tooldisco.search.hybrid_search import HybridSearcher, rrf, round_robin, sentences
+from tooldisco.search.index_cache import IndexCache
+from tooldisco.search.regex_search import RegexSearcher
+from tooldisco.search.tokens import terms, words
 
 
 def tool(name: str, description: str, **params: str | dict) -> Tool:

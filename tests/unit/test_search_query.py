@@ -7,9 +7,9 @@ from typing import Any, Sequence
 
 import pytest
 
-from addon.tooldisco.providers.base import Tool
-from addon.tooldisco.search import BACKENDS, Ranking, first_sentence, make_searcher, run_query
-from addon.tooldisco.search import hybrid_search
+from tooldisco.providers.base import Tool
+from tooldisco.search import BACKENDS, Ranking, first_sentence, make_searcher, run_query
+from tooldisco.search import hybrid_search
 
 
 def tool(name: str, description: str, *params: str) -> Tool:
@@ -160,3 +160,13 @@ def test_a_failing_backend_is_an_error_result_not_an_exception() -> None:
 def test_first_sentence(text: str, expected: str) -> None:
     assert first_sentence(text) == expected
     assert len(first_sentence(text)) <= 200
+
+
+def test_listing_a_huge_catalog_is_capped() -> None:
+    from tooldisco.search.phantom_query import MAX_LISTED
+
+    big = [Tool(f"tool_{i:05d}", "{}", "does a thing") for i in range(MAX_LISTED + 50)]
+    out = run_query({"query": "*"}, big, make_searcher("bm25"), 5)
+    data = json.loads(out.text)
+    assert data["total"] == MAX_LISTED + 50 and len(data["tools"]) == MAX_LISTED
+    assert "search" in data["message"] and out.matched == []

@@ -32,6 +32,7 @@ from .base import QueryError, Searcher, check_query
 from .brief import brief
 
 LIST_ALL = "*"
+MAX_LISTED = 300  # names in one listing answer
 SELECT_PREFIX = "select:"
 HINT = (
     "Try fewer or different words, describe the task, use 'select:NAME' for a tool "
@@ -117,12 +118,17 @@ def _select(
 
 
 def _listing(query: str, by_name: dict[str, Tool]) -> SearchOutcome:
+    """Every name, up to ``MAX_LISTED``: a listing of a 10k-tool catalog would cost more
+    context than the definitions the proxy saved; past the cap the model is told to search."""
     names = sorted(by_name)
     message = (
         "These tools can be loaded. Search with a description of the task, or load "
         "tools by name with 'select:NAME1,NAME2'."
     )
-    text = _json({"total": len(names), "tools": names, "message": message})
+    if len(names) > MAX_LISTED:
+        message = (f"Only the first {MAX_LISTED} of {len(names)} names are listed; search with a "
+                   "description of the task to find the others. " + message)
+    text = _json({"total": len(names), "tools": names[:MAX_LISTED], "message": message})
     return SearchOutcome([], text, False, query, "list")
 
 
