@@ -22,6 +22,7 @@ from .loop import Finish, Found, PhantomLoop, Search, Send
 from .providers.base import Adapter, RequestView, Tool, ToolCall, ToolResult, Unsupported
 from .providers.detect import detect
 from .search import MAX_QUERY_CHARS, make_searcher, run_query
+from .search.base import catalog_key
 from .search.phantom_query import LIST_ALL, SELECT_PREFIX
 from .selector_client import FixedRanking, SelectorClient
 from .sessions import SessionState, SessionStore, session_key, tenant_of
@@ -89,6 +90,7 @@ class Engine:
         scorer = None if td.scorer == "overlap" else make_searcher(td.scorer, cache_dir=td.search.cache_dir)
         self.ranker = scorer.search if scorer else None
         self.selector = SelectorClient(td.api)
+        self._warmed: dict[str, None] = {}  # catalogs whose index is built or being built
 
     # --- request phase ---------------------------------------------------------------
 
@@ -202,7 +204,27 @@ class Engine:
         record.outcome = "pending"
         forwarded = [t.name for t in plan.kept + plan.expanded] + [phantom]
         ctx = FlowContext(adapter, key, new, body, phantom, catalog, forwarded, record, view.stream)
-        return Prepared(new.encode("utf-8"), ctx)
+        return Prepared(new.encode("utf-8"), ctx, self._warm_up(list(catalog.values())))
+
+    def _warm_up(self, tools: list[Tool]) -> Callable[[], Awaitable[None]] | None:
+        """Build the search index of a catalog seen for the first time while the model is still
+        answering, so the model's first search does not wait for it (hybrid embeds every tool)."""
+        if self.config.tool_discovery.strategy == "api" or not tools:
+            return None
+        key = catalog_key(tools)
+        if key in self._warmed:
+            return None
+        self._warmed[key] = None
+        while len(self._warmed) > 256:
+            self._warmed.pop(next(iter(self._warmed)))
+
+        async def warm() -> None:
+            try:
+                await asyncio.to_thread(self.searcher.rank, "warm up", tools, 1)
+            except Exception as e:  # the real search will report it
+                logger.debug("index warm-up failed: {}", e)
+
+        return warm
 
     def _rollout(self, view: RequestView, plan: deferral.DeferralPlan, key: str, record: Record) -> Prepared | None:
         """Seed 001 rollout. ``None``: this request gets the api strategy in full. Otherwise the
