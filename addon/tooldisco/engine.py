@@ -290,6 +290,7 @@ class Engine:
         record = ctx.record
         upstream_s = 0.0
         started = time.perf_counter()
+        message: dict[str, Any] | None = None
         try:
             if reply.status != 200:
                 record.outcome = f"upstream_{reply.status}"
@@ -332,15 +333,26 @@ class Engine:
                 return final_reply
             body = ctx.adapter.encode_stream(action.message) if self._streamed(ctx, reply) else _json(action.message)
             return Reply(200, body, reply.content_type, list(ctx.adapter.usage_headers(action.message).items()), True)
-        except Exception as e:  # fail open: the client gets the first answer as it came
+        except Exception as e:  # fail open: the first answer, without the search the client cannot run
             record.outcome = f"error: {type(e).__name__}"
-            logger.opt(exception=e).warning("phantom loop failed; passing the upstream answer through")
-            return None
+            logger.opt(exception=e).warning("phantom loop failed; passing the first upstream answer on")
+            return self._first_answer(ctx, reply, message)
         finally:
             total = time.perf_counter() - started
             record.upstream_ms = round(upstream_s * 1000, 3)
             record.loop_added_ms = round((total - upstream_s) * 1000, 3)
             self.telemetry.write(record)
+
+    def _first_answer(self, ctx: FlowContext, reply: Reply, message: dict[str, Any] | None) -> Reply | None:
+        """The first answer with the phantom calls removed; None (as it came) if even that fails."""
+        if message is None:
+            return None
+        try:
+            stripped = ctx.adapter.strip(message, [ctx.phantom])
+            body = ctx.adapter.encode_stream(stripped) if self._streamed(ctx, reply) else _json(stripped)
+            return Reply(200, body, reply.content_type, [], True)
+        except Exception:
+            return None
 
     async def _upstream_failed(self, ctx: FlowContext, answer: Reply, send: Upstream) -> Reply:
         """A re-forward failed. A 4xx may be ours: retry the client's own request, untouched.

@@ -102,3 +102,15 @@ async def test_a_merged_answer_sums_usage_and_hides_the_search(engine):
     out = await engine.complete(prepared.context, reply(message(search_call())), send)
     data = json.loads(out.body)
     assert out.merged and data["usage"] == {"input_tokens": 20, "output_tokens": 4} and P not in out.body.decode()
+
+
+async def test_a_bug_mid_loop_still_hides_the_search(engine, monkeypatch):
+    prepared = engine.prepare(A, {}, body())
+
+    async def send(b):
+        raise RuntimeError("network stack exploded")
+
+    first = message({"type": "text", "text": "let me look"}, search_call())
+    out = await engine.complete(prepared.context, reply(first), send)
+    data = json.loads(out.body)
+    assert data["content"] == [{"type": "text", "text": "let me look"}] and data["stop_reason"] == "end_turn"
