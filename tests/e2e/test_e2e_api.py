@@ -207,3 +207,14 @@ def test_report_over_a_real_run(mitm_factory, fake, faulty):
     out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "report_api.py"), str(proxy.workdir / "t.jsonl")],
                          capture_output=True, text=True, check=True).stdout
     assert "80" in out and "http_500" in out  # 4 of 5 searches succeeded
+
+
+def test_a_slow_selector_within_the_timeout_is_used(mitm_factory, fake, faulty):
+    faulty.behaviour = lambda b: (200, json.dumps({"selected_names": [TARGET]}).encode(), 0.6)
+    proxy = mitm_factory(config=api_config(faulty.url, timeout="2s"))
+    fake.set_script([search("weather forecast", times=1), call(TARGET, {"city": "Paris"}), reply("done")])
+    msg = ask(proxy)
+    assert [b.name for b in msg.content if b.type == "tool_use"] == [TARGET]
+    assert names(fake.api_requests("anthropic")[1]) == [SEARCH_TOOL, TARGET]  # the selection, not everything
+    s = [r for r in telemetry(proxy) if r.get("searches")][-1]["searches"][0]
+    assert s["fallback"] is None and s["api_ms"] >= 600
