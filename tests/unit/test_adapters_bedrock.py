@@ -104,7 +104,6 @@ def test_converse_parse():
     v = C.parse(converse_body(toolConfig={"tools": [*specs(8), CACHE], "toolChoice": forced}))
     assert (v.first_user, v.query) == ("which PRs are open on acme/shop?", "merge #12 and post to slack")
     assert v.used == {"mcp__github__list_pull_requests", "mcp__github__search_code"}
-    assert v.called_ids == {"tooluse_A1", "tooluse_B2"}
     assert v.forced == {"mcp__slack__post_message"} and v.stream
     assert [t.name for t in v.tools] == [s["toolSpec"]["name"] for s in specs(8)]  # the cachePoint is not a tool
     assert v.tools[0].params[0] == ("repo", "Repository owner/name")

@@ -109,7 +109,6 @@ def test_parse_gemini_cli_request():
     v = G.parse(b)
     assert v.query == "merge #12 and post to slack" and v.first_user == SETUP
     assert v.used == {"mcp__github__list_pull_requests", "mcp__github__search_code"}
-    assert v.called_ids == {"call-1", "mcp__github__search_code#1"}  # the model's id, else name#rank
     assert v.forced == {"mcp__slack__post_message"} and v.stream and v.session_hint is None
     assert [t.name for t in v.tools] == [d["name"] for d in declarations(8)]  # googleSearch is not a tool of ours
     assert v.tools[0].params[0] == ("repo", "Repository owner/name") and v.tools[0].pinned is None

@@ -147,7 +147,7 @@ def test_parse_codex_request():
     assert v.query == "merge #12 and post to slack"  # reminder gone, trailing environment turn skipped
     assert v.first_user == "which PRs are open on acme/shop?"  # AGENTS.md and environment turns skipped
     assert v.used == {"mcp__github__list_pull_requests", "mcp__linear__"}  # a namespaced call uses its namespace
-    assert v.called_ids == {"call_A1", "call_B2"} and v.forced == {"mcp__slack__post_message"}
+    assert v.forced == {"mcp__slack__post_message"}
     assert v.stream and v.session_hint == "019a8f3e-5c2d-7a10-b3c4-d5e6f7a8b9c0"
     pins = {t.name: t.pinned for t in v.tools}
     assert pins == {"shell": None, "apply_patch": "builtin", "<web_search>": "builtin", "<local_shell>": "builtin",

@@ -54,7 +54,6 @@ class RequestView:
     forced: frozenset[str] = frozenset()  # tools named by tool_choice / allowed names
     stream: bool = False
     session_hint: str | None = None  # a session id the client put in the body
-    called_ids: frozenset[str] = frozenset()  # ids of tool calls in the history
     continues: str | None = None  # a stored response this request chains from (Responses)
 
     def names(self) -> list[str]:

@@ -83,7 +83,6 @@ class History:
             forced=frozenset(forced),
             stream=stream,
             session_hint=hint if isinstance(hint, str) and hint else None,
-            called_ids=frozenset(self.calls),
             continues=continues if isinstance(continues, str) and continues else None,
         )
 

@@ -79,7 +79,6 @@ def scores(
 class Selection:
     kept: tuple[Tool, ...]  # in the client's original order
     deferred: tuple[Tool, ...]
-    skipped: str | None = None  # why nothing was filtered
 
 
 def must_keep(t: Tool, view: RequestView, cfg: ToolDiscovery) -> bool:
