@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from ..stitch.base import Stitcher
 
 
 class Unsupported(Exception):
@@ -168,4 +171,9 @@ class Adapter(Protocol):
         ...
 
     def encode_stream(self, message: dict[str, Any]) -> bytes:
+        ...
+
+    def stitcher(self, phantom: str, body: str) -> "Stitcher":
+        """A live stream stitcher for this API (``tooldisco.stitch``); ``body`` is the request
+        as the client sent it (what echoed fields must show)."""
         ...

@@ -1,0 +1,110 @@
+"""Stitching the rounds of a phantom loop into the one stream the client sees, sans-IO.
+
+Why: a live client stream must start before the proxy knows whether the model will
+search. Round 1 is forwarded event by event as it arrives; only a phantom call (and
+what belongs to it) is held back. When a round ends with phantom calls only, the
+runner searches and re-forwards, and the next round's events continue the same
+client stream: one start, one stop, indexes renumbered, usage summed.
+
+Contract, for every API (one module per API in this package):
+
+- ``feed(data)``: upstream bytes of the current round, cut anywhere; returns the
+  client bytes that are complete and visible now (``b""`` when nothing is). Events
+  that close the message (stop reason, final usage, terminal event) are held until
+  the runner decides. An in-stream upstream error event is passed on at once (it is
+  the provider's own, so SDKs raise and agents retry) and ends the client stream.
+- ``end_round()``: the round's upstream body ended. Returns what the loop needs: the
+  round's assembled message (phantom calls included), whether the API's terminal
+  event came, and the upstream error if one came.
+- ``next_round()``: the runner re-forwards; the next ``feed`` is round k+1. Its start
+  events are swallowed, its indexes continue after what the client has seen.
+- ``finish()``: the round just ended was the last: the held closing events, with the
+  stop reason right for what the client saw (a tool stop only when a visible call was
+  made in the final round) and usage summed over every round.
+- ``fail(failure)``: something went wrong after bytes went out (an upstream error on a
+  re-forward, a truncated round, a proxy fault): the provider's own in-stream error,
+  so the client stream always ends valid and the client's SDK raises.
+
+Memory: a stitcher holds the current event, the round's assembled message (what the
+loop re-sends) and small counters; never the raw body.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RoundEnd:
+    """How one upstream round ended."""
+
+    message: dict[str, Any] | None  # the assembled message, phantom calls included; None if it never started
+    complete: bool  # the API's terminal event arrived
+    error: Any = None  # the upstream's in-stream error payload (already passed to the client)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a stream has to end with an error: an upstream answer, or a fault of the proxy."""
+
+    status: int  # the upstream's HTTP status; 502 when the proxy itself failed
+    body: bytes = b""  # the upstream's error body, passed on when it is in the provider's format
+    message: str = ""  # for the proxy's own failures
+
+    def upstream_error(self) -> dict[str, Any] | None:
+        """The upstream's error object (``{"error": {...}}`` bodies), if the body holds one."""
+        try:
+            data = json.loads(self.body)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if isinstance(data, list) and data and isinstance(data[0], dict):  # Gemini wraps errors in a list
+            data = data[0]
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            return data["error"]
+        return None
+
+    def text(self) -> str:
+        """A human-readable message: the upstream's own, else ours, else the status."""
+        error = self.upstream_error()
+        if error and isinstance(error.get("message"), str):
+            return error["message"]
+        return self.message or f"upstream answered HTTP {self.status}"
+
+
+class Stitcher(ABC):
+    """One client stream out of the rounds of one phantom loop (see the module docstring)."""
+
+    def __init__(self, phantom: str) -> None:
+        self.phantom = phantom  # the search tool's name: its calls never reach the client
+        self.rounds = 1  # the round being fed, from 1
+
+    @abstractmethod
+    def feed(self, data: bytes) -> bytes: ...
+
+    @abstractmethod
+    def end_round(self) -> RoundEnd: ...
+
+    def next_round(self) -> None:
+        self.rounds += 1
+
+    @abstractmethod
+    def finish(self) -> bytes: ...
+
+    @abstractmethod
+    def fail(self, failure: Failure) -> bytes: ...
+
+
+def error_kind(status: int) -> str:
+    """The error category a status stands for, in the words most APIs use."""
+    if status == 429:
+        return "rate_limit"
+    if status in (503, 529):
+        return "overloaded"
+    if status == 408 or status == 504:
+        return "timeout"
+    if 400 <= status < 500:
+        return "invalid_request"
+    return "server_error"
