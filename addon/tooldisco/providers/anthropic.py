@@ -7,6 +7,7 @@ import json
 from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
+from ..stitch.base import Stitcher
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     History,
@@ -174,3 +175,8 @@ class AnthropicAdapter(AdapterDefaults):
         from ..streams.anthropic import encode
 
         return encode(message)
+
+    def stitcher(self, phantom: str, body: str) -> Stitcher:
+        from ..stitch.anthropic import AnthropicStitcher
+
+        return AnthropicStitcher(phantom)

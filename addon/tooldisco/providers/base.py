@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from ..stitch.base import Stitcher
+from ..stitch.base import Stitcher
 
 
 class Unsupported(Exception):
@@ -173,7 +172,12 @@ class Adapter(Protocol):
     def encode_stream(self, message: dict[str, Any]) -> bytes:
         ...
 
-    def stitcher(self, phantom: str, body: str) -> "Stitcher":
+    def restore_echo(self, response: str, body: str) -> str:
+        """A JSON answer with the request fields it echoes (Responses ``tools``, ``tool_choice``)
+        put back to the client's own, from ``body`` as the client sent it; other bytes kept."""
+        ...
+
+    def stitcher(self, phantom: str, body: str) -> Stitcher:
         """A live stream stitcher for this API (``tooldisco.stitch``); ``body`` is the request
         as the client sent it (what echoed fields must show)."""
         ...

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
+from ..stitch.base import Stitcher
 from ..streams.bedrock import METRICS
 from .anthropic import AnthropicAdapter
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
@@ -197,6 +198,11 @@ class ConverseAdapter(AdapterDefaults):
 
         return encode_converse(message)
 
+    def stitcher(self, phantom: str, body: str) -> Stitcher:
+        from ..stitch.bedrock_converse import ConverseStitcher
+
+        return ConverseStitcher(phantom)
+
 
 def _content(message: dict[str, Any]) -> list[Any]:
     output = message.get("output")
@@ -243,3 +249,8 @@ class InvokeAdapter(AnthropicAdapter):
         from ..streams.bedrock import encode_invoke
 
         return encode_invoke(message)
+
+    def stitcher(self, phantom: str, body: str) -> Stitcher:
+        from ..stitch.bedrock_invoke import InvokeStitcher
+
+        return InvokeStitcher(phantom)

@@ -102,6 +102,9 @@ class AdapterDefaults:
     def with_pending(self, body: str, items: Sequence[str]) -> str:
         return body
 
+    def restore_echo(self, response: str, body: str) -> str:
+        return response
+
 
 def query_schema(*, upper: bool = False, strict: bool = False) -> dict[str, Any]:
     """The phantom tool's one parameter. Gemini's OpenAPI subset spells types upper-case;

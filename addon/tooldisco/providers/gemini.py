@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
+from ..stitch.base import Stitcher
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     History,
@@ -273,3 +274,8 @@ class GeminiAdapter(AdapterDefaults):
         from ..streams.gemini import encode
 
         return encode(message, sse=self.sse)
+
+    def stitcher(self, phantom: str, body: str) -> Stitcher:
+        from ..stitch.gemini import GeminiStitcher
+
+        return GeminiStitcher(phantom, sse=self.sse)

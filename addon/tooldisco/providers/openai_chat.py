@@ -7,6 +7,7 @@ import json
 from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
+from ..stitch.base import Stitcher
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     History,
@@ -195,3 +196,8 @@ class OpenAIChatAdapter(AdapterDefaults):
         from ..streams.openai_chat import encode
 
         return encode(message, include_usage=message.get("usage") is not None)
+
+    def stitcher(self, phantom: str, body: str) -> Stitcher:
+        from ..stitch.openai_chat import ChatStitcher
+
+        return ChatStitcher(phantom)

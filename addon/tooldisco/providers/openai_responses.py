@@ -13,6 +13,7 @@ import json
 from typing import Any, Iterable, Iterator, Sequence
 
 from .. import jsonspan
+from ..stitch.base import Stitcher
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     AdapterDefaults,
@@ -267,3 +268,8 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         from ..streams.openai_responses import encode
 
         return encode(message)
+
+    def stitcher(self, phantom: str, body: str) -> Stitcher:
+        from ..stitch.openai_responses import ResponsesStitcher
+
+        return ResponsesStitcher(phantom, body)
