@@ -4,52 +4,70 @@ Glue only, in the manner of mitmproxy's own addons: the option is declared in
 ``load``, parsed in ``configure`` (``OptionsError`` on a bad config, so mitmdump
 exits naming the key), and the hooks hand bodies to the engine and its answers
 back to the flow. Every decision lives in ``tooldisco``, which has no mitmproxy import.
+
+Two ways an answer comes back through the loop:
+- a JSON answer is buffered by mitmproxy, and the ``response`` hook runs the loop over it;
+- a stream is served live: the ``request`` hook routes the flow to the in-process relay
+  (``tooldisco.net.relay``), which makes the upstream calls itself and writes each visible
+  event as it comes; mitmproxy streams the relay's answer to the client unbuffered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, AsyncIterator, Optional
+from urllib.parse import urlsplit
 
-import httpx
 from loguru import logger
-from mitmproxy import ctx, exceptions, http
+from mitmproxy import connection, ctx, exceptions, http
+from mitmproxy.proxy.mode_specs import ProxyMode, UpstreamMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tooldisco import sigv4  # noqa: E402
 from tooldisco.config import ConfigError, load_config  # noqa: E402
-from tooldisco.engine import Engine, FlowContext, Reply  # noqa: E402
+from tooldisco.engine import Engine  # noqa: E402
+from tooldisco.net import relay as relay_mod  # noqa: E402
+from tooldisco.net.relay import Relay  # noqa: E402
+from tooldisco.net.upstream import UpstreamClient, UpstreamOptions  # noqa: E402
+from tooldisco.planner import FlowContext  # noqa: E402
 from tooldisco.providers.base import Adapter  # noqa: E402
+from tooldisco.redact import RedactingFilter  # noqa: E402
+from tooldisco.runner import Answer, Head  # noqa: E402
 
 DEFAULT_CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "tool_discovery.yaml")
 META_HOST = "tool_discovery.host"  # the host the client asked for, before map_remote
-META_CONTEXT = "tool_discovery.context"
-HOP_BY_HOP = frozenset(
-    {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection",
-     "proxy-authorization", "te", "trailer", "upgrade", "content-encoding", "accept-encoding"}
-)
+META_CONTEXT = "tool_discovery.context"  # a buffered flow the response hook completes
+META_LIVE = "tool_discovery.live"  # a live flow, until the router sends it to the relay
+META_RELAY = "tool_discovery.relay"  # a live flow: the URL it really went to
 STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
+UPSTREAM_OPTIONS = frozenset({"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir",
+                              "mode", "upstream_auth"})
 log = logging.getLogger("tool_discovery")
 
 
 def _to_logging(message: Any) -> None:
-    """Engine logs (loguru) go to the logging module, which is what mitmproxy prints."""
+    """Engine logs (loguru) go to the logging module, which is what mitmproxy prints,
+    traceback included when there is one."""
     record = message.record
     level = logging.getLevelName(record["level"].name)
-    log.log(level if isinstance(level, int) else logging.INFO, record["message"])
+    exc = record["exception"]
+    exc_info = (exc.type, exc.value, exc.traceback) if exc and exc.type else None
+    log.log(level if isinstance(level, int) else logging.INFO, record["message"], exc_info=exc_info)
 
 
 class ToolDiscovery:
     def __init__(self) -> None:
         self.engine: Engine | None = None
-        self.client: httpx.AsyncClient | None = None
+        self.upstream: UpstreamClient | None = None
+        self.relay = Relay()
+        self.router: LiveRouter | None = None
         self._sink: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._filter = RedactingFilter()
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -63,7 +81,11 @@ class ToolDiscovery:
                 logger.remove(0)  # loguru's own stderr sink would print everything twice
             except ValueError:
                 pass
-            self._sink = logger.add(_to_logging, level="DEBUG", format="{message}")
+            # diagnose=False: loguru would otherwise print local variables (credentials) in tracebacks.
+            self._sink = logger.add(_to_logging, level="DEBUG", format="{message}", diagnose=False, backtrace=False)
+        for handler in logging.getLogger().handlers:  # mitmproxy's own output, too
+            if self._filter not in handler.filters:
+                handler.addFilter(self._filter)
 
     def configure(self, updated: set[str]) -> None:
         if "tool_discovery_config" in updated:
@@ -82,13 +104,14 @@ class ToolDiscovery:
                 "tool discovery: %s, strategy %s, hosts %s",
                 "on" if td.enabled else "off", td.strategy, ", ".join(config.hosts),
             )
-        if updated & {"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir",
-                      "mode", "tool_discovery_config"}:
-            self.client = None  # rebuilt on next use with the new options
+        if updated & UPSTREAM_OPTIONS:
+            self._retire_upstream()  # rebuilt on next use with the new options
 
     def done(self) -> None:
         if self.engine:
             self.engine.close()
+        self._retire_upstream()
+        self._spawn(self.relay.close())
 
     # --- hooks -------------------------------------------------------------------------
 
@@ -126,13 +149,14 @@ class ToolDiscovery:
         adapter = engine.adapter_for(host, flow.request.method, flow.request.path)
         if adapter is None:
             return
-        original = (flow.request.raw_content, flow.request.headers.copy())
+        original = (flow.request.raw_content, flow.request.headers.copy(), flow.request.url, flow.server_conn)
         try:
             await self._rewrite(flow, engine, adapter)
         except Exception:  # fail open: the request goes out exactly as the client sent it
             log.exception("tool discovery failed; forwarding the request unchanged")
-            flow.request.raw_content, flow.request.headers = original
+            flow.request.raw_content, flow.request.headers, flow.request.url, flow.server_conn = original
             flow.metadata.pop(META_CONTEXT, None)
+            flow.metadata.pop(META_LIVE, None)
 
     async def _rewrite(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter) -> None:
         try:
@@ -143,38 +167,82 @@ class ToolDiscovery:
         if not body:
             return
         headers = {k.lower(): v for k, v in flow.request.headers.items()}
-        status, reason = sigv4.check(headers)
-        if status is sigv4.Status.CANNOT:  # a changed body would fail the signature check
-            log.warning("tool discovery skipped: %s", reason)
-            return
+        aws = None
+        if sigv4.is_signed(flow.request.url, flow.request.headers.items(multi=True)):  # a changed body needs the client's signature re-made by us
+            aws = await sigv4.credentials()
+            status, reason = sigv4.check("POST", flow.request.url, flow.request.headers.items(multi=True),
+                                         flow.request.raw_content or b"", aws)
+            if status is sigv4.Status.CANNOT:
+                log.warning("tool discovery skipped: %s", reason)
+                return
         # In a worker thread: a first request on a large catalog may build a search index,
-        # and a blocking call in a hook would stall every other flow of the proxy.
-        prepared = await asyncio.to_thread(engine.prepare, adapter, headers, body)
-        if prepared.body is not None:
-            flow.request.content = prepared.body
-            signed = self._signed(flow.request.url, flow.request.headers.items(multi=True), prepared.body)
-            flow.request.headers = http.Headers([(k.encode(), v.encode()) for k, v in signed])
-        if prepared.context is not None:
-            flow.metadata[META_CONTEXT] = prepared.context
+        # and session reads are disk I/O; a blocking call in a hook would stall every flow.
+        sent = (flow.request.raw_content, flow.request.headers.copy())
+        prepared = await asyncio.to_thread(engine.prepare, adapter, headers, body,
+                                           urlsplit(flow.request.path).query)
         if prepared.background is not None:
-            task = asyncio.get_running_loop().create_task(prepared.background())
-            self._tasks.add(task)  # keep a reference until it is done
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(prepared.background())
+        if prepared.body is None:
+            return
+        flow.request.content = prepared.body
+        flow.request.headers = _headers(_signed(flow.request.url, flow.request.headers.items(multi=True),
+                                                flow.request.raw_content or b"", aws))
+        ctx_ = prepared.context
+        if ctx_ is None:
+            return
+        # Live flows are routed by ``LiveRouter`` at the end of the chain, where the URL is final.
+        flow.metadata[META_LIVE if ctx_.stream else META_CONTEXT] = (ctx_, aws, sent)
+
+    # --- live: the relay serves the stream ------------------------------------------------
+
+    def running(self) -> None:
+        if self.router is None:
+            self.router = LiveRouter(self)
+            ctx.master.addons.add(self.router)
+
+    async def route_live(self, flow: http.HTTPFlow) -> None:
+        """Send a live flow to the relay, which runs it (and every round after it) upstream."""
+        held = flow.metadata.pop(META_LIVE, None)
+        if held is None or self.engine is None:
+            return
+        ctx_, aws, _ = held
+        runner = self.engine.runner(ctx_)
+        url = flow.request.url
+        client = self._upstream()
+
+        async def serve(headers: list[tuple[str, str]], body: bytes) -> AsyncIterator[Head | bytes]:
+            first = await client.open(url, headers, body)
+            async for item in runner.live(first, self._opener(url, headers, aws, client)):
+                yield item
+
+        port = await self.relay.start()
+        token = self.relay.register(serve)
+        flow.metadata[META_RELAY] = url
+        if flow.server_conn.via is not None:  # upstream mode: the relay is reached directly, it uses the proxy
+            flow.server_conn = connection.Server(address=("127.0.0.1", port))
+        flow.request.scheme, flow.request.host, flow.request.port = "http", "127.0.0.1", port
+        flow.request.headers[relay_mod.HEADER] = token
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if flow.response is None or META_HOST not in flow.metadata or META_CONTEXT in flow.metadata:
-            return  # flows that may need the phantom loop are buffered
+            return  # a buffered flow's answer goes through the loop whole
+        if META_RELAY in flow.metadata:
+            flow.response.stream = True  # the relay writes each event when it is visible
+            return
         engine = self.engine
-        host = flow.metadata[META_HOST]
-        if engine and engine.config.handles_host(host):
+        if engine and engine.config.handles_host(flow.metadata[META_HOST]):
             ctype = flow.response.headers.get("content-type", "").split(";")[0].strip().lower()
             if ctype in STREAM_TYPES:
                 flow.response.stream = True  # live: first token reaches the client at once
 
+    # --- buffered: the response hook runs the loop ----------------------------------------
+
     async def response(self, flow: http.HTTPFlow) -> None:
-        context: FlowContext | None = flow.metadata.pop(META_CONTEXT, None)
-        if context is None or self.engine is None or flow.response is None:
+        self._show_real_url(flow)
+        held = flow.metadata.pop(META_CONTEXT, None)
+        if held is None or self.engine is None or flow.response is None:
             return
+        ctx_, aws, _ = held
         if flow.response.raw_content is None:  # streamed after all (stream_large_bodies)
             return
         try:
@@ -182,69 +250,124 @@ class ToolDiscovery:
         except ValueError as e:
             log.warning("phantom loop skipped: cannot decode the response body (%s)", e)
             return
-        first = Reply(flow.response.status_code, body, flow.response.headers.get("content-type", ""))
-        reply = await self.engine.complete(context, first, lambda b: self._send(flow, b))
-        if reply is not None:
-            self._answer(flow.response, reply)
-
-    @staticmethod
-    def _answer(response: http.Response, reply: Reply) -> None:
-        """Put the engine's answer on the flow: a merged one over the first answer's headers,
-        another one (an error passed on, the client's own request resent) with its own."""
-        if reply.merged:
-            for name, value in reply.headers or []:
-                response.headers[name] = value
-        else:
-            kept = [(k.encode(), v.encode()) for k, v in reply.headers or [] if k.lower() not in HOP_BY_HOP]
-            response.headers = http.Headers(kept)
+        first = Answer.whole(flow.response.status_code, body, list(flow.response.headers.items(multi=True)))
+        opener = self._opener(flow.request.url, list(flow.request.headers.items(multi=True)), aws, self._upstream())
+        reply = await self.engine.runner(ctx_).buffered(first, opener)
+        response = flow.response
         response.status_code = reply.status
-        if reply.content_type:
-            response.headers["content-type"] = reply.content_type
+        response.headers = _headers([(k, v) for k, v in reply.headers if k.lower() != "content-encoding"])
         response.content = reply.body
 
-    # --- re-forwarding -----------------------------------------------------------------
-
-    async def _send(self, flow: http.HTTPFlow, body: bytes) -> Reply:
-        """Send ``body`` where the flow's request finally went, with its final headers."""
-        headers = [(k, v) for k, v in flow.request.headers.items(multi=True) if k.lower() not in HOP_BY_HOP]
-        headers = self._signed(flow.request.url, headers, body) + [("accept-encoding", "identity")]
-        client = self.client or self._make_client()
-        try:
-            r = await client.post(flow.request.url, content=body, headers=headers)
-        except httpx.HTTPError as e:
-            log.warning("phantom re-forward failed: %s", e)
-            return Reply(502, b'{"error":{"type":"proxy_error","message":"re-forward failed"}}')
-        return Reply(r.status_code, r.content, r.headers.get("content-type", ""), list(r.headers.multi_items()))
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._show_real_url(flow)
+        held = flow.metadata.pop(META_CONTEXT, None)
+        if held is not None and self.engine is not None:
+            record = held[0].record
+            record.outcome = record.outcome or f"flow_error: {flow.error.msg if flow.error else ''}"[:200]
+            self.engine.telemetry.submit(record)
 
     @staticmethod
-    def _signed(url: str, headers, body: bytes) -> list[tuple[str, str]]:
-        """Headers for ``body``: re-signed when the client used SigV4 (Bedrock), else as they are."""
-        result = sigv4.resign("POST", url, list(headers), body)
-        if result.status is sigv4.Status.CANNOT:
-            log.warning("cannot re-sign the changed request: %s", result.reason)
-        return list(result.headers)
+    def _show_real_url(flow: http.HTTPFlow) -> None:
+        """A relayed flow was sent to the loopback relay; show where it really went."""
+        url = flow.metadata.pop(META_RELAY, None)
+        if url is not None:
+            flow.request.url = url
+            flow.request.headers.pop(relay_mod.HEADER, None)
 
-    def _make_client(self) -> httpx.AsyncClient:
-        """Honour mitmproxy's upstream-proxy mode and TLS options, as the proxy itself would."""
-        opts = ctx.options
-        verify: ssl.SSLContext | bool = True
-        if opts.ssl_insecure:
-            verify = False
-        elif opts.ssl_verify_upstream_trusted_ca or opts.ssl_verify_upstream_trusted_confdir:
-            verify = ssl.create_default_context(
-                cafile=opts.ssl_verify_upstream_trusted_ca, capath=opts.ssl_verify_upstream_trusted_confdir
-            )
-        proxy = None
-        for mode in opts.mode:
-            if mode.startswith("upstream:"):
-                proxy = mode.split(":", 1)[1]
-        self.client = httpx.AsyncClient(
-            verify=verify,
-            proxy=proxy,
-            timeout=httpx.Timeout(600.0, connect=30.0),
-            trust_env=False,
-        )
-        return self.client
+    # --- the proxy's own requests ---------------------------------------------------------
+
+    def _opener(self, url: str, headers: list[tuple[str, str]], aws: Any, client: UpstreamClient):
+        """How the runner sends a body where this flow went: the flow's final headers, the
+        body plain (so no content-encoding), re-signed when the client used SigV4."""
+        base = [(k, v) for k, v in headers if k.lower() not in ("content-encoding", relay_mod.HEADER)]
+
+        async def open_(body: bytes) -> Answer:
+            return await client.open(url, _signed(url, base, body, aws), body)
+
+        return open_
+
+    def _upstream(self) -> UpstreamClient:
+        if self.upstream is None:
+            self.upstream = UpstreamClient(_upstream_options())
+        return self.upstream
+
+    def _retire_upstream(self) -> None:
+        if self.upstream is not None:
+            old, self.upstream = self.upstream, None
+            self._spawn(old.retire())
+
+    def _spawn(self, coro) -> None:
+        """Run ``coro`` beside the flows; keep a reference until it is done."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            coro.close()
+            return
+        task = loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+class LiveRouter:
+    """The last addon of the chain: routes live flows to the relay once every other addon's
+    ``request`` hook ran (map_remote, modify_headers…), so the relay sends them where
+    mitmproxy would have. Scripts run early in mitmproxy's chain; this one is added at its end."""
+
+    def __init__(self, owner: ToolDiscovery) -> None:
+        self.owner = owner
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        held = flow.metadata.get(META_LIVE)
+        if held is None:
+            return
+        if flow.response or flow.error:  # another addon answered it: nothing to relay
+            flow.metadata.pop(META_LIVE, None)
+            return
+        try:
+            await self.owner.route_live(flow)
+        except Exception:  # fail open: the client's own request goes out, untouched
+            log.exception("live relay unavailable; forwarding the request unchanged")
+            flow.metadata.pop(META_LIVE, None)
+            flow.metadata.pop(META_RELAY, None)
+            flow.request.raw_content, flow.request.headers = held[2]
+
+
+def _signed(url: str, headers, body: bytes, aws: Any) -> list[tuple[str, str]]:
+    """Headers for ``body``: re-signed when the client used SigV4 (Bedrock), else as they are."""
+    pairs = list(headers)
+    if aws is None:
+        return pairs
+    result = sigv4.resign("POST", url, pairs, body, aws)
+    if result.status is sigv4.Status.CANNOT:
+        log.warning("cannot re-sign the changed request: %s", result.reason)
+    return list(result.headers)
+
+
+def _headers(pairs) -> http.Headers:
+    return http.Headers([(k.encode(), v.encode()) for k, v in pairs])
+
+
+def _upstream_options() -> UpstreamOptions:
+    """mitmproxy's options, as the proxy's own client must honour them."""
+    opts = ctx.options
+    proxy = None
+    for spec in opts.mode:
+        mode = ProxyMode.parse(spec)
+        if isinstance(mode, UpstreamMode):
+            host, port = mode.address
+            proxy = f"{mode.scheme}://{host}:{port}"
+    auth = None
+    spec = getattr(opts, "upstream_auth", None)  # declared by mitmproxy's upstream_auth addon
+    if spec and ":" in spec:
+        user, _, password = spec.partition(":")
+        auth = (user, password)
+    return UpstreamOptions(
+        proxy=proxy,
+        proxy_auth=auth,
+        verify=not opts.ssl_insecure,
+        ca_file=opts.ssl_verify_upstream_trusted_ca,
+        ca_dir=opts.ssl_verify_upstream_trusted_confdir,
+    )
 
 
 addons = [ToolDiscovery()]

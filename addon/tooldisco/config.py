@@ -65,6 +65,7 @@ class DeferConfig:
 class SearchConfig:
     backend: str = "regex"
     cache_dir: str | None = None
+    timeout: float = 2.0  # wall-clock budget of one search; past it the model reads an error
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class Sessions:
 class Telemetry:
     enabled: bool = True
     path: str = "tool_discovery.jsonl"
+    include_prompts: bool = False  # user text (rollout queries) in records only when asked for
 
 
 @dataclass(frozen=True)
@@ -319,6 +321,7 @@ def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
         search=SearchConfig(
             backend=search.string("backend", SearchConfig.backend, SEARCH_BACKENDS),
             cache_dir=search.string("cache_dir", None),
+            timeout=search.duration("timeout", SearchConfig.timeout),
         ),
         defer=DeferConfig(
             upfront=defer.integer("upfront", DeferConfig.upfront, lo=0),
@@ -350,7 +353,11 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
     )
     ss.done()
     ts = top.section("telemetry")
-    telemetry = Telemetry(enabled=ts.boolean("enabled", True), path=ts.string("path", Telemetry.path))
+    telemetry = Telemetry(
+        enabled=ts.boolean("enabled", True),
+        path=ts.string("path", Telemetry.path),
+        include_prompts=ts.boolean("include_prompts", Telemetry.include_prompts),
+    )
     ts.done()
     cfg = Config(
         tool_discovery=td,

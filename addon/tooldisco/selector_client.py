@@ -19,7 +19,7 @@ import httpx
 
 from .config import ApiConfig
 from .providers.base import Tool
-from .search.base import Ranking, SearcherBase
+from .search.base import MAX_QUERY_CHARS, Ranking, SearcherBase
 
 
 @dataclass(frozen=True)
@@ -66,14 +66,27 @@ class SelectorClient:
         body = {"pattern": pattern, "top_k": top_k, "always_keep": list(always_keep), "tools": entries}
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
+    def _body(self, pattern: str, top_k: int, always_keep: Sequence[str], tools: Sequence[Tool]) -> bytes:
+        """Seed 001: send only what is needed; definitions left out when asked or when too large."""
+        cfg = self.config
+        body = self.payload(pattern, top_k, always_keep, tools, cfg.send_definitions)
+        if len(body) > cfg.max_request_bytes and cfg.send_definitions:
+            body = self.payload(pattern, top_k, always_keep, tools, definitions=False)
+        return body
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
     async def select(self, pattern: str, top_k: int, always_keep: Sequence[str], tools: Sequence[Tool]) -> Selection:
         cfg = self.config
         if not cfg.endpoint:
             return Selection([], fallback="no_endpoint")
-        # Seed 001: send only what is needed; redact definitions when asked or when too large.
-        body = self.payload(pattern, top_k, always_keep, tools, cfg.send_definitions)
-        if len(body) > cfg.max_request_bytes and cfg.send_definitions:
-            body = self.payload(pattern, top_k, always_keep, tools, definitions=False)
+        # The contract refuses longer patterns; a whole pasted prompt must not travel uncapped.
+        pattern = pattern[:MAX_QUERY_CHARS]
+        # A payload of thousands of definitions takes a while to build: not on the event loop.
+        body = await asyncio.to_thread(self._body, pattern, top_k, always_keep, tools)
         if len(body) > cfg.max_request_bytes:
             return Selection([], fallback="request_too_large")
         headers = {"content-type": "application/json", "accept": "application/json"}

@@ -37,6 +37,15 @@ class SessionState:
                 self.expanded.append(n)
 
 
+@dataclass(frozen=True)
+class Link:
+    """Where a stored response id leads: its session, results it awaits, the real chain head."""
+
+    session: str
+    pending: list[str]
+    head: str | None = None
+
+
 def tenant_of(headers: Mapping[str, str]) -> str:
     """A hash standing for the caller's credential; the value itself is never stored."""
     h = hashlib.sha256()
@@ -92,14 +101,19 @@ class SessionStore:
                 self.put(key, state)
         return state
 
-    def link(self, tenant: str, response_id: str, session: str, pending: list[str]) -> None:
+    def link(self, tenant: str, response_id: str, session: str, pending: list[str], head: str | None = None) -> None:
         """Remember which session a stored response belongs to (and what it still awaits), so a
-        request chaining from it (``previous_response_id``) finds its session again."""
-        self._cache.set(_alias(tenant, response_id), {"session": session, "pending": pending}, expire=self._ttl)
+        request chaining from it (``previous_response_id``) finds its session again. ``head``:
+        the response the server really continues from, when the client was shown another id
+        (a live stream keeps round one's id, the chain goes on from the last round)."""
+        self._cache.set(_alias(tenant, response_id), {"session": session, "pending": pending, "head": head},
+                        expire=self._ttl)
 
-    def linked(self, tenant: str, response_id: str) -> tuple[str, list[str]] | None:
+    def linked(self, tenant: str, response_id: str) -> Link | None:
         data = self._cache.get(_alias(tenant, response_id))
-        return (data["session"], list(data["pending"])) if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            return None
+        return Link(data["session"], list(data["pending"]), data.get("head"))
 
     def _maybe_cleanup(self) -> None:
         now = time.monotonic()

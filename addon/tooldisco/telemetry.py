@@ -7,6 +7,8 @@ tool afterwards. Records carry no headers and no credentials, by construction.
 from __future__ import annotations
 
 import json
+import os
+import queue
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -59,15 +61,74 @@ class Record:
 
 
 class TelemetrySink:
+    """Appends records from a writer thread: a slow disk never stalls the proxy's event loop.
+
+    The file is created 0600 in a 0700 directory it creates: records name tools and
+    sessions, which are the user's business. When the queue is full a record is dropped
+    and counted rather than waited for."""
+
+    QUEUE = 10_000
+
     def __init__(self, path: str | Path | None):
         self._path = Path(path) if path else None
+        self._queue: queue.Queue[Record | None] = queue.Queue(self.QUEUE)
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.dropped = 0
         if self._path:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self._path.parent)
 
-    def write(self, record: Record) -> None:
+    def submit(self, record: Record) -> None:
+        """Queue one record; never blocks."""
         if not self._path:
             return
-        line = json.dumps(asdict(record), ensure_ascii=False, separators=(",", ":"))
-        with self._lock, self._path.open("a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        self._start()
+        try:
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+
+    def flush(self) -> None:
+        """Wait until every queued record is written (tests, shutdown)."""
+        if self._thread is not None:
+            self._queue.join()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tooldisco-telemetry", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        assert self._path is not None
+        while True:
+            record = self._queue.get()
+            try:
+                if record is None:
+                    return
+                line = json.dumps(asdict(record), ensure_ascii=False, separators=(",", ":")) + "\n"
+                fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                with os.fdopen(fd, "a", encoding="utf-8") as f:
+                    f.write(line)
+            except Exception:  # a full disk or a removed directory must not kill the writer
+                self.dropped += 1
+            finally:
+                self._queue.task_done()
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` and any missing parents readable by the user alone (0700). Folders that
+    already exist are left as they are: the telemetry file's may be the user's working dir."""
+    missing = []
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing.append(p)
+    for p in reversed(missing):
+        p.mkdir(mode=0o700, exist_ok=True)

@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 
+import anthropic
 import httpx
 import pytest
 
@@ -165,14 +166,25 @@ def test_bad_phantom_arguments_get_a_readable_error(mitm, fake, anthropic_client
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_upstream_500_mid_loop(mitm, fake, stream):
+def test_upstream_500_mid_loop(mitm, fake, anthropic_client, stream):
+    """JSON: the upstream's status reaches the client. A stream has already started (its
+    message_start went out live): the error arrives as the API's own in-stream error event,
+    and the SDK raises, so the agent's retry logic applies."""
     fake.set_script([search("forecast", times=1), fail(500, "overloaded", nth=2)])
     body = {"model": "claude-x", "max_tokens": 64, "stream": stream, "tools": a_tools(),
             "messages": [{"role": "user", "content": fresh("forecast?")}]}
-    t0 = time.monotonic()
     r = post_raw(mitm, "https://api.anthropic.com/v1/messages", body, {"x-api-key": "k"})
-    assert time.monotonic() - t0 < 30
-    assert r.status_code == 500 and SEARCH_TOOL not in r.text
+    assert SEARCH_TOOL not in r.text
+    if not stream:
+        assert r.status_code == 500
+        return
+    assert r.status_code == 200 and "event: error" in r.text and "overloaded" in r.text
+    fake.reset()
+    fake.set_script([search("forecast", times=1), fail(500, "overloaded", nth=2)])
+    with pytest.raises(anthropic.APIStatusError, match="overloaded"):
+        with anthropic_client.messages.stream(model="claude-x", max_tokens=64, tools=a_tools(),
+                                              messages=[{"role": "user", "content": fresh("forecast?")}]) as s:
+            s.get_final_message()
 
 
 # --- OpenAI Chat Completions ------------------------------------------------------------------

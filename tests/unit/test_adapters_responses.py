@@ -270,15 +270,43 @@ def test_continue_conversation_sends_only_outputs():
     assert data["input"] == [{"type": "function_call_output", "call_id": "call_S1", "output": "found"}]
 
 
-def test_strip_phantom_with_its_reasoning_and_the_echoed_tool():
+def test_strip_phantom_with_its_reasoning():
     only = response(reasoning(), call())
     stripped = R.strip(only, [P])
-    assert stripped["output"] == [] and stripped["tools"] == [] and stripped["status"] == "completed"
+    assert stripped["output"] == [] and stripped["status"] == "completed"
+    assert stripped["tools"] == only["tools"]  # the echo is restore_echo's (and the stitcher's) to fix
     mixed = response(reasoning(), call(), call("shell", "call_R"), reasoning("rs_2"), message("done"))
     assert [i["id"] for i in R.strip(mixed, [P])["output"]] == ["rs_1", "fc_call_R", "rs_2", "msg_1"]
     namespaced = response(call(P, "call_N", namespace="mcp__x__"))
     assert R.strip(namespaced, [P])["output"] == namespaced["output"]  # not the phantom: it lives in a namespace
     assert only["output"]  # the input is not mutated
+
+
+ANSWER = ('{"id":"resp_1","object":"response","model":"gpt-5-codex","output":[],"tool_choice":"required",'
+          '"tools":[{"type":"function","name":"shell"},{"type":"function","name":"' + P + '"}],'
+          '"temperature":1.0,"text":{"format":{"type":"text"}},"note":"caf\\u00e9"}')
+
+
+def test_restore_echo_splices_the_clients_own_fields():
+    body = '{"model": "m", "tools": [ {"type": "custom", "name": "apply_patch"} ], "tool_choice": {"type": "auto"}}'
+    out = R.restore_echo(ANSWER, body)
+    assert out == ANSWER.replace(ANSWER[ANSWER.index('"tool_choice"'):ANSWER.index(',"temperature"')],
+                                 '"tool_choice":{"type": "auto"},"tools":[ {"type": "custom", "name": "apply_patch"} ]')
+    assert P not in out and json.loads(out)["note"] == "café"  # every other byte as it came
+
+
+@pytest.mark.parametrize("body", ['{"model":"m","input":"hi"}', '{"model":"m","tools":null,"tool_choice":null}'])
+def test_restore_echo_of_absent_fields_is_what_the_api_echoes(body):
+    data = json.loads(R.restore_echo(ANSWER, body))
+    assert data["tools"] == [] and data["tool_choice"] == "auto"
+
+
+def test_restore_echo_leaves_what_echoes_nothing():
+    error = '{"error": {"message": "Rate limit reached", "type": "requests", "param": null, "code": null}}'
+    assert R.restore_echo(error, codex_body()) == error
+    assert R.restore_echo(" [1, 2] ", codex_body()) == " [1, 2] "
+    only_tools = '{"id":"resp_1","tools":[]}'
+    assert json.loads(R.restore_echo(only_tools, codex_body())) == {"id": "resp_1", "tools": CODEX_TOOLS}
 
 
 def test_merge_sums_usage_and_keeps_the_last_id():
@@ -306,7 +334,7 @@ def test_phantom_loop_end_to_end_and_stream_read_by_the_sdk():
                      rid="resp_2")
     done = loop.receive(final)
     assert isinstance(done, Finish) and done.reason == "done"
-    assert P not in json.dumps(done.message["output"]) + json.dumps(done.message["tools"])
+    assert P not in json.dumps(done.message["output"]) + R.restore_echo(json.dumps(done.message), codex_body())
     encoded = R.encode_stream(done.message)
     assert strip_nones(openai_responses_final(encoded, chunk=13), SDK_ADDED) == strip_nones(done.message)
     decoder = R.decoder()

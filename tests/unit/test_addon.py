@@ -1,11 +1,13 @@
 """The mitmproxy glue with mitmproxy's own test helpers (taddons, tflow)."""
 
+import asyncio
 import json
 import sys
 from pathlib import Path
 
 import pytest
 from mitmproxy import exceptions
+from mitmproxy.addons import upstream_auth
 from mitmproxy.test import taddons, tflow, tutils
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,7 +140,7 @@ async def test_a_bug_in_the_rewrite_leaves_the_request_as_sent(tmp_path, monkeyp
     addon = tool_discovery.ToolDiscovery()
     with taddons.context(addon) as tctx:
         tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path))
-        monkeypatch.setattr(tool_discovery.ToolDiscovery, "_signed", staticmethod(lambda *a: 1 / 0))
+        monkeypatch.setattr(tool_discovery, "_signed", lambda *a: 1 / 0)
         f = flow()
         before = (f.request.raw_content, f.request.headers.copy())
         addon.requestheaders(f)
@@ -147,29 +149,66 @@ async def test_a_bug_in_the_rewrite_leaves_the_request_as_sent(tmp_path, monkeyp
         assert "forwarding the request unchanged" in caplog.text
 
 
-@pytest.mark.parametrize("options, verify, proxy", [
-    ({}, True, None),
-    ({"ssl_insecure": True}, False, None),
-    ({"mode": ["upstream:http://corp-proxy:3128"]}, True, "http://corp-proxy:3128"),
+@pytest.mark.parametrize("options, expected", [
+    ({}, {"verify": True, "proxy": None}),
+    ({"ssl_insecure": True}, {"verify": False, "proxy": None}),
+    ({"mode": ["upstream:http://corp-proxy:3128"]}, {"proxy": "http://corp-proxy:3128"}),
+    # mitmproxy's own grammar: "@9090" is where the proxy listens, not part of the upstream address
+    ({"mode": ["upstream:http://p:3128@9090"]}, {"proxy": "http://p:3128"}),
+    ({"mode": ["upstream:https://p:8443"], "upstream_auth": "me:s3cret"},
+     {"proxy": "https://p:8443", "proxy_auth": ("me", "s3cret")}),
 ])
-def test_reforwards_honour_upstream_mode_and_tls_options(tmp_path, monkeypatch, options, verify, proxy):
-    seen = {}
-    monkeypatch.setattr(tool_discovery.httpx, "AsyncClient", lambda **kw: seen.update(kw) or object())
+def test_the_proxys_own_requests_honour_upstream_mode_auth_and_tls(tmp_path, options, expected):
     addon = tool_discovery.ToolDiscovery()
-    with taddons.context(addon) as tctx:
+    with taddons.context(addon, upstream_auth.UpstreamAuth()) as tctx:
         tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path), **options)
-        addon._make_client()
-    assert seen["verify"] is verify and seen["proxy"] == proxy and seen["trust_env"] is False
+        got = tool_discovery._upstream_options()
+    assert {k: getattr(got, k) for k in expected} == expected
 
 
-def test_reforwards_trust_a_custom_upstream_ca(tmp_path, monkeypatch):
-    seen = {}
-    monkeypatch.setattr(tool_discovery.httpx, "AsyncClient", lambda **kw: seen.update(kw) or object())
-    monkeypatch.setattr(tool_discovery.ssl, "create_default_context", lambda **kw: ("ctx", kw))
+def test_the_proxys_own_requests_trust_a_custom_upstream_ca(tmp_path):
     addon = tool_discovery.ToolDiscovery()
     with taddons.context(addon) as tctx:
         ca = tmp_path / "ca.pem"
         ca.write_text("x")
         tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path), ssl_verify_upstream_trusted_ca=str(ca))
-        addon._make_client()
-    assert seen["verify"] == ("ctx", {"cafile": str(ca), "capath": None})
+        assert tool_discovery._upstream_options().ca_file == str(ca)
+
+
+async def test_an_option_change_retires_the_upstream_client(tmp_path):
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path))
+        first = addon._upstream()
+        tctx.configure(addon, ssl_insecure=True)
+        second = addon._upstream()
+        await asyncio.sleep(0)  # the retirement task runs
+        assert first is not second and first._retired and first._client.is_closed
+        assert second.options.verify is False
+        await second.retire()
+
+
+async def test_a_streamed_tool_search_flow_is_routed_to_the_relay(tmp_path):
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=write(tmp_path, f"""
+pipes: {{tool_discovery: {{enabled: true, strategy: tool-search}}}}
+sessions: {{dir: {tmp_path}/s}}
+telemetry: {{path: {tmp_path}/t.jsonl}}
+"""))
+        f = flow(body=json.dumps({"model": "m", "max_tokens": 5, "stream": True, "tools": anthropic_tools(60),
+                                  "messages": [{"role": "user", "content": "post to slack"}]}).encode())
+        addon.running()  # adds the router at the end of the addon chain
+        addon.requestheaders(f)
+        await addon.request(f)
+        assert f.request.pretty_host == "api.anthropic.com"  # routed only once every request hook ran
+        f.request.host = "mapped.example"  # e.g. map_remote, which runs after scripts
+        await addon.router.request(f)
+        assert (f.request.host, f.request.port, f.request.scheme) == ("127.0.0.1", addon.relay.port, "http")
+        assert len(f.request.headers["x-tooldisco-relay"]) == 32
+        f.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")])
+        addon.responseheaders(f)
+        assert f.response.stream is True
+        await addon.response(f)  # mitmweb shows where the flow really went
+        assert f.request.pretty_host == "mapped.example" and "x-tooldisco-relay" not in f.request.headers
+        await addon.relay.close()

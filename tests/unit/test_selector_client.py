@@ -83,12 +83,21 @@ async def test_failures_are_fallback_reasons(handler, reason):
 
 
 async def test_timeout_is_a_hard_cap():
-    async def slow(request):
-        await asyncio.sleep(5)
-        return httpx.Response(200, json={"selected_names": ["tool_1"]})
+    """A selector that never answers: the call gives up at its timeout and cancels the request
+    (checked by what happened to the request, not by a clock)."""
+    events = []
 
-    sel = await client(slow, timeout=0.2).select("q", 5, [], TOOLS)
-    assert sel.fallback == "timeout" and sel.ms < 4000
+    async def never(request):
+        events.append("asked")
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            events.append("cancelled")
+            raise
+
+    sel = await client(never, timeout=0.05).select("q", 5, [], TOOLS)
+    assert sel.fallback == "timeout" and sel.names == []
+    assert events == ["asked", "cancelled"]
 
 
 async def test_connection_error_and_missing_endpoint():

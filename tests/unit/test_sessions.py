@@ -1,5 +1,8 @@
 import time
+from types import SimpleNamespace
 
+import diskcache.core
+from tooldisco import sessions
 from tooldisco.sessions import SessionStore, session_key, tenant_of
 
 
@@ -35,10 +38,18 @@ def test_state_survives_restart(tmp_path):
     assert st.expanded == ["x", "y"] and st.deferred == {"x": "{}"}
 
 
-def test_ttl_expires_and_cleanup_removes(tmp_path):
-    store = SessionStore(tmp_path, ttl=0.2, cleanup_interval=0.1)
+def test_ttl_expires_and_cleanup_removes(tmp_path, monkeypatch):
+    """Time is a fake clock read by both diskcache (wall time) and the store (monotonic)."""
+    now = [1_000.0]
+    monkeypatch.setattr(diskcache.core, "time", SimpleNamespace(time=lambda: now[0], sleep=time.sleep))
+    monkeypatch.setattr(sessions, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    store = SessionStore(tmp_path, ttl=60, cleanup_interval=30)
     store.update("k", lambda s: s.expand(["a"]))
-    assert store.get("k").expanded == ["a"]
-    time.sleep(0.35)
-    assert store.get("k").expanded == []
+    now[0] += 59
+    assert store.get("k").expanded == ["a"]  # within the TTL (a read does not extend it)
+    now[0] += 2
+    assert store.get("k").expanded == []  # expired: reads as a new session
+    assert len(store) == 1  # still on disk: the last cleanup ran 2 s ago
+    now[0] += 30
+    store.get("other")
     assert len(store) == 0  # the periodic cleanup removed the expired entry

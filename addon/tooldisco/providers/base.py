@@ -169,6 +169,10 @@ class Adapter(Protocol):
     def with_pending(self, body: str, items: Sequence[str]) -> str:
         ...
 
+    def continue_from(self, body: str, response_id: str) -> str:
+        """The request chained from ``response_id`` instead of the id the client names."""
+        ...
+
     def encode_stream(self, message: dict[str, Any]) -> bytes:
         ...
 

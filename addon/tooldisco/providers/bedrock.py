@@ -9,12 +9,12 @@ are SigV4-signed over the body: whoever sends a changed body must re-sign it (``
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
+from ..bytecache import MiB, memoize
 from ..stitch.base import Stitcher
 from ..streams.bedrock import METRICS
 from .anthropic import AnthropicAdapter
@@ -36,14 +36,14 @@ from .common import (
 _TOOLS = ["toolConfig", "tools"]
 
 
-@functools.lru_cache(maxsize=20_000)
+@memoize(16 * MiB)
 def _is_spec(raw: str) -> bool:
     """A ``toolSpec`` entry; the others (``cachePoint``, ``systemTool``) are not ours."""
     d = json.loads(raw)
     return isinstance(d, dict) and "toolSpec" in d
 
 
-@functools.lru_cache(maxsize=20_000)
+@memoize(16 * MiB)
 def parse_tool(raw: str) -> Tool:
     """One ``{toolSpec:{name, description, inputSchema:{json}}}`` entry."""
     d = json.loads(raw)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from .. import jsonspan
+from ..bytecache import MiB, memoize
 from .base import RequestView, Tool, Unsupported
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
@@ -105,6 +105,9 @@ class AdapterDefaults:
     def restore_echo(self, response: str, body: str) -> str:
         return response
 
+    def continue_from(self, body: str, response_id: str) -> str:
+        return body
+
 
 def query_schema(*, upper: bool = False, strict: bool = False) -> dict[str, Any]:
     """The phantom tool's one parameter. Gemini's OpenAPI subset spells types upper-case;
@@ -147,9 +150,11 @@ def tool_spans(body: str, path: Sequence[str | int]) -> list[str]:
     return list(_tool_spans(body, tuple(path)))
 
 
-@functools.lru_cache(maxsize=8)
+@memoize(16 * MiB, key=lambda body, path: (id(body), len(body), hash(body), path))
 def _tool_spans(body: str, path: tuple[str | int, ...]) -> tuple[str, ...]:
-    """Cached: parse, rewrite and breakpoint handling all look at the same request's tools."""
+    """Cached: parse, rewrite and breakpoint handling all look at the same request's tools.
+    The key holds no body (bodies run to tens of MB): the same string object, its length
+    and its hash; only the spans are kept, within a byte budget."""
     span = jsonspan.find(body, path)
     if span is None:
         return ()

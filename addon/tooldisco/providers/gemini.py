@@ -9,12 +9,12 @@ The REST API accepts camelCase and snake_case field names alike, so both are rea
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
+from ..bytecache import MiB, memoize
 from ..stitch.base import Stitcher
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
@@ -96,7 +96,7 @@ def _by_modality(lists: Iterable[Any]) -> list[dict[str, Any]]:
     return [{"modality": m, "tokenCount": n} for m, n in counts.items()]
 
 
-@functools.lru_cache(maxsize=20_000)
+@memoize(16 * MiB)
 def parse_tool(raw: str) -> Tool:
     """One function declaration (``{name, description, parameters | parametersJsonSchema}``)."""
     d = json.loads(raw)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
+from ..bytecache import MiB, memoize
 from ..stitch.base import Stitcher
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
@@ -33,7 +33,7 @@ def _texts(content: Any) -> list[Any]:
     return []
 
 
-@functools.lru_cache(maxsize=20_000)
+@memoize(16 * MiB)
 def parse_tool(raw: str) -> Tool:
     d = json.loads(raw)
     if not isinstance(d, dict):

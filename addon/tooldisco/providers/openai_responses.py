@@ -8,11 +8,11 @@ three ways, depending on where the conversation lives (see ``continue_after``).
 
 from __future__ import annotations
 
-import functools
 import json
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from .. import jsonspan
+from ..bytecache import MiB, memoize
 from ..stitch.base import Stitcher
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
@@ -50,7 +50,28 @@ def _qualified(item: dict[str, Any]) -> str:
     return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
 
 
-@functools.lru_cache(maxsize=20_000)
+def phantom_call(item: Any, names: Collection[str]) -> bool:
+    """A ``function_call`` item calling one of ``names`` (a call inside a namespace never is)."""
+    return isinstance(item, dict) and item.get("type") == "function_call" and _qualified(item) in names
+
+
+# A Response echoes the request's ``tools`` and ``tool_choice``; for a field the request left
+# out the API echoes these values.
+_ECHO_DEFAULTS = {"tools": "[]", "tool_choice": '"auto"'}
+
+
+def echoed_fields(body: str) -> dict[str, str]:
+    """The raw JSON a Response must echo for the client's ``tools`` and ``tool_choice``: the
+    client's own bytes from ``body``, or the API's value for a field it left out (or sent null)."""
+    out = {}
+    for key, default in _ECHO_DEFAULTS.items():
+        span = jsonspan.find(body, [key])
+        raw = body[span[0] : span[1]] if span is not None else "null"
+        out[key] = default if raw == "null" else raw
+    return out
+
+
+@memoize(16 * MiB)
 def parse_tool(raw: str) -> Tool:
     d = json.loads(raw)
     if not isinstance(d, dict):
@@ -213,6 +234,9 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         return [jsonspan.dumps({"type": "function_call_output", "call_id": r.call.id, "output": r.content})
                 for r in results]
 
+    def continue_from(self, body: str, response_id: str) -> str:
+        return jsonspan.set_member(body, jsonspan.root(body), "previous_response_id", jsonspan.dumps(response_id))
+
     def with_pending(self, body: str, items: Sequence[str]) -> str:
         span = jsonspan.find(body, ["input"])
         if not items or span is None:
@@ -223,24 +247,16 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         return jsonspan.replace(body, span, "[" + ",".join(items) + ("," + inner if inner else "") + "]")
 
     def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-        """Phantom calls leave the output (with reasoning that led only to them) and the echoed
-        ``tools``. Responses has no tool stop reason: the status stays as it is."""
+        """Phantom calls leave the output, with reasoning that led only to them. Responses has no
+        tool stop reason: the status stays as it is. The echoed ``tools`` / ``tool_choice`` are not
+        touched here: what the client sees of them is its own request's (``restore_echo`` for a
+        JSON answer, the stitcher for a stream), not a filtered forwarded list."""
         hidden = set(names)
         output = list(message.get("output") or [])
-        removed = {
-            i
-            for i, item in enumerate(output)
-            if isinstance(item, dict) and item.get("type") == "function_call" and _qualified(item) in hidden
-        }
+        removed = {i for i, item in enumerate(output) if phantom_call(item, hidden)}
         removed |= _orphaned_reasoning(output, removed)
         out = dict(message)
         out["output"] = [item for i, item in enumerate(output) if i not in removed]
-        if isinstance(message.get("tools"), list):
-            out["tools"] = [
-                t
-                for t in message["tools"]
-                if not (isinstance(t, dict) and t.get("type") == "function" and t.get("name") in hidden)
-            ]
         return out
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -258,6 +274,15 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         if usage is not None:
             out["usage"] = usage
         return out
+
+    def restore_echo(self, response: str, body: str) -> str:
+        """The echoed ``tools`` / ``tool_choice`` of a Response text set to the client's own: the
+        proxy forwarded a reduced list plus the search tool, which the client must not see. Only
+        members the text has are replaced (an error body echoes nothing); other bytes are kept."""
+        for key, raw in echoed_fields(body).items():
+            if jsonspan.find(response, [key]) is not None:
+                response = jsonspan.set_member(response, jsonspan.root(response), key, raw)
+        return response
 
     def decoder(self) -> StreamDecoder:
         from ..streams.openai_responses import ResponsesStreamDecoder

@@ -1,11 +1,13 @@
 """Tool search: the backends that find deferred tools, and the phantom tool's front end.
 
 ``make_searcher(name)`` gives a ``Searcher`` for one of ``BACKENDS``; ``run_query``
-answers the model's call to the search tool with it. No mitmproxy in here.
+answers the model's call to the search tool with it, and ``run_query_async`` does so off
+the event loop within a wall-clock budget. No mitmproxy in here.
 """
 
 from .base import MAX_QUERY_CHARS, QueryError, Ranking, Searcher
 from .brief import first_sentence
+from .budget import run_query_async
 from .factory import BACKENDS, make_searcher
 from .phantom_query import SearchOutcome, run_query
 
@@ -19,4 +21,5 @@ __all__ = [
     "first_sentence",
     "make_searcher",
     "run_query",
+    "run_query_async",
 ]

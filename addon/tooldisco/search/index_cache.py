@@ -1,24 +1,26 @@
-"""A bounded, thread-safe LRU of per-catalog indexes.
+"""A thread-safe LRU of per-catalog indexes, bounded by the bytes they hold.
 
 Why: building an index (tokenising every tool, embedding every description) costs far
 more than a query, and the same catalog comes back on every request of a session. The
 key is a digest of the definitions (``catalog_key``), so a catalog that changes in any
 byte gets a fresh index and an unchanged one, parsed anew from the next request, does not.
+An index grows with its catalog, which the client picks, so the bound is in bytes
+(``bytecache``); an index larger than the whole budget is built for each search instead.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
+from ..bytecache import ByteLRU, MiB, entry_size
 from ..providers.base import Tool
 from .base import catalog_key
 
 IndexT = TypeVar("IndexT")
 
-DEFAULT_MAXSIZE = 8
+DEFAULT_MAX_BYTES = 64 * MiB
 
 _ALL: weakref.WeakSet[IndexCache[object]] = weakref.WeakSet()
 
@@ -32,10 +34,14 @@ def clear_all() -> None:
 class IndexCache(Generic[IndexT]):
     """``get(tools)`` returns ``build(tools)``, built once per distinct catalog."""
 
-    def __init__(self, build: Callable[[Sequence[Tool]], IndexT], maxsize: int = DEFAULT_MAXSIZE):
+    def __init__(
+        self,
+        build: Callable[[Sequence[Tool]], IndexT],
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        sizeof: Callable[[str, Any], int] = entry_size,
+    ):
         self._build = build
-        self._maxsize = maxsize
-        self._entries: OrderedDict[str, IndexT] = OrderedDict()
+        self._entries: ByteLRU[str, IndexT] = ByteLRU(max_bytes, sizeof)
         self._lock = threading.Lock()
         self._pending: dict[str, threading.Event] = {}  # keys being built, set when done
         # The last tuple seen and its key: a tuple of frozen tools cannot change, so
@@ -59,7 +65,6 @@ class IndexCache(Generic[IndexT]):
             with self._lock:
                 index = self._entries.get(key)
                 if index is not None:
-                    self._entries.move_to_end(key)
                     return index
                 pending = self._pending.get(key)
                 if pending is None:  # nobody builds this catalog: this thread will
@@ -70,11 +75,9 @@ class IndexCache(Generic[IndexT]):
         # only the requests that need this very index.
         try:
             index = self._build(tools)
+            self._entries.put(key, index)  # sized outside the lock: it walks the whole index
             with self._lock:
                 self.builds += 1
-                self._entries[key] = index
-                while len(self._entries) > self._maxsize:
-                    self._entries.popitem(last=False)
         finally:
             with self._lock:
                 del self._pending[key]

@@ -11,7 +11,8 @@ Query syntax (the ``query`` argument, a string):
 - ``select:NAME1,NAME2``: load exactly these tools (commas between names, spaces
   ignored); names not in the catalog are reported.
 - anything else: a search with the configured backend (a regex for ``regex``, which
-  falls back to fuzzy keywords; keywords or a description of the task for the others).
+  falls back to fuzzy keywords, and answers a pattern too expensive to run with an
+  error; keywords or a description of the task for the others).
 
 A search or select that loads something also loads the ``always_keep`` tools present
 in the catalog (entries may be globs, e.g. ``mcp__github__*``); they come on top of the

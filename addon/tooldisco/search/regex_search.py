@@ -1,12 +1,14 @@
-"""Regex search over tool text, bounded in time, falling back to fuzzy keyword search.
+"""Regex search over tool text, bounded in memory and time, falling back to fuzzy keywords.
 
 Why: models are used to grep-like tool search (seed 004: ``weather``, ``file|folder``,
-``get_.*``), but the pattern is untrusted model output. It runs case-insensitively on
-the ``regex`` module with one time budget for the whole catalog, so a catastrophic
-pattern such as ``(a|aa)+$`` costs at most that budget. A pattern that does not compile,
-runs out of time or matches nothing is searched again as fuzzy keywords, since models
-as often send prose ("weather forecast") as a pattern. A pattern longer than
-``MAX_QUERY_CHARS`` is a ``QueryError`` the caller reports.
+``get_.*``), but the pattern is untrusted model output. ``patterns`` bounds what it may
+cost before it is compiled (repeat counts, size written out, nesting); it then runs
+case-insensitively on the ``regex`` module with one time budget for the whole catalog.
+A pattern over those bounds, or one that runs out of time (``(a|aa)+$`` over a long
+description), is a ``PatternTooExpensive`` error the model reads and answers with
+keywords. A pattern that does not compile or matches nothing is searched again as fuzzy
+keywords, since models as often send prose ("weather forecast") as a pattern. A pattern
+longer than ``MAX_QUERY_CHARS`` is a ``QueryError`` the caller reports.
 
 Ranking: a match in the name beats one in the description, which beats one in the
 parameters; within a field, the larger the share of the field the match covers, the
@@ -20,12 +22,11 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-import regex
-
 from ..providers.base import Tool
 from .base import Ranking, SearcherBase, check_query
 from .fuzzy_search import FuzzySearcher
 from .index_cache import IndexCache
+from .patterns import PatternTooExpensive, UnsupportedPattern, compile_pattern
 
 #: Wall-clock budget for one search across the whole catalog, in seconds.
 TIME_BUDGET = 0.05
@@ -79,10 +80,12 @@ class RegexSearcher(SearcherBase):
         check_query(query)
         try:
             names = self._regex_rank(query, tools, limit)
-        except regex.error as exc:
+        except UnsupportedPattern as exc:
             return self._fall_back(query, tools, limit, f"invalid regex: {exc}")
         except TimeoutError:
-            return self._fall_back(query, tools, limit, "regex timed out")
+            raise PatternTooExpensive(
+                f"it ran past its {self._time_budget * 1000:g} ms budget over the catalog"
+            ) from None
         if not names:
             return self._fall_back(query, tools, limit, "regex matched nothing")
         return Ranking(names, self.name)
@@ -91,9 +94,9 @@ class RegexSearcher(SearcherBase):
         return Ranking(self._fallback.search(query, tools, limit), self._fallback.name, why)
 
     def _regex_rank(self, query: str, tools: Sequence[Tool], limit: int) -> list[str]:
-        """Raises ``regex.error`` for a bad pattern, ``TimeoutError`` past the budget."""
+        """Raises what ``compile_pattern`` raises, and ``TimeoutError`` past the budget."""
         index = _INDEXES.get(tools)  # a first build is not the pattern's time
-        search = regex.compile(query, regex.IGNORECASE).search
+        search = compile_pattern(query).search  # bounded before compiling, so outside the budget
         deadline = time.monotonic() + self._time_budget
         ranked: list[tuple[int, float, int]] = []
         for i, text in enumerate(index.texts):

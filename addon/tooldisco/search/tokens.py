@@ -10,10 +10,10 @@ queries) and stem with Snowball, so "forecasts" meets "forecast" and "booking" m
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import regex
 import snowballstemmer
+
+from ..bytecache import MiB, memoize
 
 # An upper-case run before a capitalised word (HTTPServer -> HTTP), a capitalised or
 # lower-case word, an upper-case run, a digit run, or letters of a caseless script.
@@ -35,9 +35,10 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-@lru_cache(maxsize=65536)
+@memoize(4 * MiB)
 def stem(word: str) -> str:
-    """Snowball (Porter 2) English stem; memoised, since catalogs repeat their words."""
+    """Snowball (Porter 2) English stem; memoised, since catalogs repeat their words (by
+    bytes: a "word" of a tool description can be any length)."""
     return _STEMMER.stemWord(word)
 
 

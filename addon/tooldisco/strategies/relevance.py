@@ -7,11 +7,11 @@ and a turn adds tools only when they are newly relevant; nothing is ever reorder
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..bytecache import MiB, memoize
 from ..config import ToolDiscovery
 from ..providers.base import RequestView, Tool
 
@@ -29,10 +29,10 @@ _WORD = re.compile(r"[a-z0-9]+")
 Ranker = Callable[[str, Sequence[Tool], int], list[str]]
 
 
-@functools.lru_cache(maxsize=50_000)
+@memoize(16 * MiB)
 def tokens(text: str) -> frozenset[str]:
     """Lowercase alphanumeric words, short words and stop words dropped (cached: a catalog's
-    tools are scored again on every turn)."""
+    tools are scored again on every turn; by bytes, since user messages can be megabytes)."""
     return frozenset(w for w in _WORD.findall(text.lower().replace("_", " ")) if len(w) > 2 and w not in STOP_WORDS)
 
 

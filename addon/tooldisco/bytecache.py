@@ -1,0 +1,128 @@
+"""Memory caches bounded by the bytes they hold, not by how many entries they have.
+
+Why: the keys and values cached in this package come from request bodies whose sizes the
+client picks (a user message, a tool definition, the tools of a whole request), so a
+bound on the entry count bounds nothing: 50,000 cached user messages held 468 MiB, and 8
+cached bodies of 30 MB held 240 MB. Each entry here is charged an estimate of what its key
+and value hold, the least recently used entries go once the total passes the budget, and
+an entry bigger than the whole budget is computed but never kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from typing import Any, Callable, Generic, Hashable, TypeVar
+
+import cachetools
+
+MiB = 1 << 20
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+R = TypeVar("R")
+
+_MISSING: Any = object()
+
+
+def deep_size(obj: object) -> int:
+    """Bytes held by ``obj`` and everything it reaches through containers and instance
+    attributes, each object counted once (numpy arrays report their own buffer)."""
+    seen: set[int] = set()
+    stack = [obj]
+    total = 0
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        if isinstance(item, (str, bytes, int, float, bool)) or item is None:
+            continue
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (tuple, list, set, frozenset)):
+            stack.extend(item)
+        elif hasattr(item, "__dict__"):
+            stack.append(vars(item))
+    return total
+
+
+def entry_size(key: object, value: object) -> int:
+    """What an entry holds; a value sharing objects with its key is not counted twice."""
+    return deep_size((key, value))
+
+
+class ByteLRU(Generic[K, V]):
+    """A thread-safe LRU mapping whose entries together hold at most ``max_bytes``."""
+
+    def __init__(self, max_bytes: int, sizeof: Callable[[K, V], int] = entry_size):
+        self.max_bytes = max_bytes
+        self._sizeof = sizeof
+        # cachetools sizes values only, so each value is stored with its entry's size.
+        self._lru: cachetools.LRUCache[K, tuple[V, int]] = cachetools.LRUCache(
+            maxsize=max_bytes, getsizeof=lambda stored: stored[1]
+        )
+        self._lock = threading.Lock()
+
+    def get(self, key: K, default: Any = None) -> Any:
+        with self._lock:
+            try:
+                return self._lru[key][0]
+            except KeyError:
+                return default
+
+    def put(self, key: K, value: V) -> None:
+        """Keep ``value`` under ``key``, evicting the least recently used entries to make
+        room; a value too large for the whole budget is not kept."""
+        nbytes = self._sizeof(key, value)
+        if nbytes > self.max_bytes:
+            return
+        with self._lock:
+            self._lru[key] = (value, nbytes)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._lru.clear()
+
+    @property
+    def currsize(self) -> int:
+        """Bytes charged to the entries held now."""
+        return int(self._lru.currsize)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+
+def memoize(
+    max_bytes: int,
+    *,
+    key: Callable[..., Hashable] | None = None,
+    sizeof: Callable[[Any, Any], int] = entry_size,
+) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Memoize a function of positional arguments in a ``ByteLRU`` of ``max_bytes``.
+
+    ``key(*args)`` replaces the arguments as the cache key, so that a huge argument need
+    not be kept alive by the cache. The wrapper has ``cache`` and ``cache_clear()``.
+    """
+
+    def decorate(fn: Callable[..., R]) -> Callable[..., R]:
+        cache: ByteLRU[Hashable, R] = ByteLRU(max_bytes, sizeof)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any) -> R:
+            k = args if key is None else key(*args)
+            found = cache.get(k, _MISSING)
+            if found is not _MISSING:
+                return found  # type: ignore[no-any-return]
+            value = fn(*args)
+            cache.put(k, value)
+            return value
+
+        wrapper.cache = cache  # type: ignore[attr-defined]
+        wrapper.cache_clear = cache.clear  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate

@@ -1,0 +1,1 @@
+"""The proxy's own network: its upstream client and the live relay (no mitmproxy import)."""

@@ -1,0 +1,267 @@
+"""The request phase: what to forward for one request, and what its answer will need.
+
+Why apart from the runner: planning is pure given the session state (view in, body and
+context out) and runs in a worker thread before the request leaves; the response phase
+is async and owns the network. The two meet in ``FlowContext``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Mapping
+
+from loguru import logger
+
+from .config import Config
+from .providers.base import Adapter, RequestView, Tool, Unsupported
+from .search.base import catalog_key
+from .sessions import SessionState, SessionStore, session_key
+from .strategies import deferral, relevance
+from .telemetry import Record, TelemetrySink, estimate_tokens
+from .tenants import tenant_of
+
+MAX_DEFERRED_PER_SESSION = 10_000
+Ranker = Callable[..., object] | None
+
+
+@dataclass
+class FlowContext:
+    """What the response phase needs to know about one rewritten request."""
+
+    adapter: Adapter
+    session: str
+    tenant: str
+    persist: bool  # False: a caller without a credential, whose turns keep no state
+    body: str  # as forwarded
+    original: bytes  # as the client sent it: the fail-open resend, and what echoes show
+    phantom: str  # the search tool's name; "" when the strategy runs no loop (relevance)
+    catalog: dict[str, Tool]  # what a search may find
+    forwarded: list[str]
+    record: Record
+    stream: bool = False  # the client asked for a stream (Gemini's JSON-array stream included)
+    rewritten: bool = True  # the forwarded body differs from the client's
+
+    @property
+    def client_body(self) -> str:
+        return self.original.decode("utf-8", "replace")
+
+
+@dataclass
+class Prepared:
+    body: bytes | None = None  # the new body, or None to forward unchanged
+    context: FlowContext | None = None  # set when the answer must go through the runner
+    background: Callable[[], Awaitable[None]] | None = None  # run without delaying the request
+
+
+@dataclass
+class _Session:
+    key: str
+    tenant: str
+    persist: bool
+    pending: list[str] = field(default_factory=list)  # results a stored chain still awaits
+    head: str | None = None  # the stored response the chain really continues from
+
+
+class Planner:
+    def __init__(self, config: Config, store: SessionStore, telemetry: TelemetrySink,
+                 ranker: Ranker, warm: Callable[[list[Tool]], Awaitable[None]],
+                 shadow: Callable[[RequestView, deferral.DeferralPlan, Record], Awaitable[None]]) -> None:
+        self.config = config
+        self.store = store
+        self.telemetry = telemetry
+        self.ranker = ranker
+        self._warm = warm
+        self._shadow = shadow
+        self._warmed: dict[str, None] = {}  # catalogs whose index is built or being built
+        self._lock = threading.Lock()
+
+    def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
+        """Decide what to forward. ``headers`` keys must be lowercase; ``query`` is the URL's."""
+        td = self.config.tool_discovery
+        started = time.perf_counter()
+        record = Record(provider=adapter.api, strategy=td.strategy)
+        try:
+            text = body.decode("utf-8")
+            view = adapter.parse(text)
+            record.stream = view.stream
+            record.total_tools = len(view.tools)
+            before = sum(estimate_tokens(t.raw) for t in view.tools)
+            record.tool_tokens_before = record.tool_tokens_after = before
+            record.kept_tools = len(view.tools)
+            session = self._session(view, headers, query)
+            record.session = session.key[:12]
+            forwarded = text
+            if session.head:  # the client chains from the id it was shown; the server from the last round
+                forwarded = adapter.continue_from(forwarded, session.head)
+            if session.pending:  # results a stored chain still awaits from a mixed turn the client saw
+                forwarded = adapter.with_pending(forwarded, session.pending)
+            if td.strategy == "relevance":
+                prepared = self._relevance(adapter, view, forwarded, body, session, record)
+            elif td.strategy in ("tool-search", "api"):
+                prepared = self._deferral(adapter, view, forwarded, body, session, record)
+            else:
+                record.fallback_reason = "passthrough"
+                prepared = Prepared()
+            if (session.pending or session.head) and prepared.body is None:
+                prepared.body = forwarded.encode("utf-8")
+            return prepared
+        except Unsupported as e:
+            record.fallback_reason = f"unsupported: {e}"
+            logger.warning("tool discovery skipped ({}): {}", adapter.api, e)
+            return Prepared()
+        except Exception as e:  # fail open: whatever went wrong, forward unchanged
+            record.fallback_reason = f"error: {type(e).__name__}"
+            logger.opt(exception=e).warning("tool discovery failed ({}); forwarding unchanged", adapter.api)
+            return Prepared()
+        finally:
+            record.processing_ms = round((time.perf_counter() - started) * 1000, 3)
+            if record.outcome != "pending":  # else the runner (or the rollout) completes the record
+                self.telemetry.submit(record)
+
+    def _session(self, view: RequestView, headers: Mapping[str, str], query: str) -> _Session:
+        """The session key, and results a chained-from response still awaits.
+
+        A request chaining from a stored response belongs to that response's session. A
+        caller without any credential keeps no state across requests: its session is its
+        own request. With no session id and no user text the request gets a session of its
+        own rather than one shared by every such request of the tenant."""
+        tenant = tenant_of(headers, query)
+        if tenant is None:
+            return _Session(f"anon:{uuid.uuid4().hex}", "", False)
+        if view.continues and (link := self.store.linked(tenant, view.continues)):
+            return _Session(link.session, tenant, True, link.pending, link.head)
+        hint = view.session_hint or next(
+            (headers[h] for h in self.config.sessions.session_headers if headers.get(h)), None
+        )
+        if not hint and not view.first_user:
+            hint = f"chain:{view.continues}" if view.continues else f"once:{uuid.uuid4().hex}"
+        return _Session(session_key(tenant, hint, view.first_user), tenant, True)
+
+    def _state(self, session: _Session) -> SessionState:
+        return self.store.get(session.key) if session.persist else SessionState()
+
+    def _relevance(self, adapter: Adapter, view: RequestView, text: str, original: bytes, session: _Session,
+                   record: Record) -> Prepared:
+        td = self.config.tool_discovery
+        total = len(view.tools)
+        keep = relevance.keep_count(total, td)
+        if not total or total <= td.min_tools or keep >= total:
+            record.fallback_reason = "no_tools" if not total else "below_min_tools"
+            return Prepared()
+        state = self._state(session)
+        sel = relevance.select(view, td, keep, sticky=state.kept, expanded=state.expanded, ranker=self.ranker)
+        self._remember(session, adapter, kept=[t.name for t in sel.kept])
+        self._count(record, sel.kept, sel.deferred)
+        if len(sel.kept) == total:
+            return Prepared()
+        new = adapter.with_tools(text, [t.raw for t in sel.kept])
+        record.outcome = "pending"
+        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original, "", {},
+                          [t.name for t in sel.kept], record, view.stream)
+        return Prepared(new.encode("utf-8"), ctx)
+
+    def _deferral(self, adapter: Adapter, view: RequestView, text: str, original: bytes, session: _Session,
+                  record: Record) -> Prepared:
+        td = self.config.tool_discovery
+        phantom = td.search_tool_name
+        if phantom in view.names():
+            record.fallback_reason = "search_tool_name_taken"
+            logger.warning("client already sends a tool named {}: not deferring", phantom)
+            return Prepared()
+        state = self._state(session)
+        plan = deferral.plan(view, td, state.kept, state.expanded, self.ranker)
+        if plan.skipped:
+            record.fallback_reason = plan.skipped
+            return Prepared()
+        if td.strategy == "api" and (held := self._rollout(view, plan, session.key, record)) is not None:
+            return held
+        self._remember(session, adapter, kept=[t.name for t in plan.kept], deferred=plan.deferred)
+        catalog = _earlier(adapter, state, set(view.names())) | {t.name: t for t in plan.deferred}
+        backend = "api" if td.strategy == "api" else td.search.backend
+        phantom_raw = adapter.phantom_tool(
+            # Described over deferred + found: a discovery then leaves the search tool's text,
+            # and so the cached prompt prefix up to it, unchanged.
+            phantom, deferral.phantom_description(plan.deferred + plan.expanded, backend, td.max_search_results)
+        )
+        raws = [t.raw for t in plan.kept] + [phantom_raw] + [t.raw for t in plan.expanded]
+        new = adapter.with_tools(text, raws)
+        self._count(record, plan.kept + plan.expanded, plan.deferred, extra=estimate_tokens(phantom_raw))
+        record.outcome = "pending"
+        forwarded = [t.name for t in plan.kept + plan.expanded] + [phantom]
+        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original, phantom, catalog,
+                          forwarded, record, view.stream)
+        return Prepared(new.encode("utf-8"), ctx, self._warm_up(list(catalog.values())))
+
+    def _warm_up(self, tools: list[Tool]) -> Callable[[], Awaitable[None]] | None:
+        """Build the search index of a catalog seen for the first time while the model is still
+        answering, so the model's first search does not wait for it (hybrid embeds every tool).
+        ``prepare`` runs in worker threads: check and mark under one lock."""
+        if self.config.tool_discovery.strategy == "api" or not tools:
+            return None
+        key = catalog_key(tools)
+        with self._lock:
+            if key in self._warmed:
+                return None
+            self._warmed[key] = None
+            while len(self._warmed) > 256:
+                self._warmed.pop(next(iter(self._warmed)))
+        return lambda: self._warm(tools)
+
+    def _rollout(self, view: RequestView, plan: deferral.DeferralPlan, key: str, record: Record) -> Prepared | None:
+        """Seed 001 rollout. ``None``: this request gets the api strategy in full. Otherwise the
+        request goes upstream unchanged; dark and shadow ask the selector in the background
+        and log what it would have loaded."""
+        api = self.config.tool_discovery.api
+        record.rollout = api.rollout
+        if api.rollout == "full":
+            return None
+        if api.rollout == "partial":
+            bucket = int(key[:8], 16) % 10_000 / 100  # deterministic per session
+            record.rollout = f"partial:{'in' if bucket < api.rollout_percent else 'out'}"
+            if bucket < api.rollout_percent:
+                return None
+            record.fallback_reason = "rollout_excluded"
+            return Prepared()
+        record.outcome = "pending"  # the background task completes the record
+        return Prepared(background=lambda: self._shadow(view, plan, record))
+
+    def _count(self, record: Record, kept: tuple[Tool, ...], deferred: tuple[Tool, ...], extra: int = 0) -> None:
+        record.kept_tools = len(kept)
+        record.deferred_tools = len(deferred)
+        record.tool_tokens_after = sum(estimate_tokens(t.raw) for t in kept) + extra
+
+    def _remember(self, session: _Session, adapter: Adapter, kept: list[str], deferred: tuple[Tool, ...] = ()) -> None:
+        """Record the kept set, and the deferred catalog a later search may reach (seed §6)."""
+        if not session.persist:
+            return
+
+        def change(s: SessionState) -> bool:
+            if s.api == adapter.api and s.kept == kept and all(s.deferred.get(t.name) == t.raw for t in deferred):
+                return False
+            s.api = adapter.api
+            s.kept = kept
+            for t in deferred:
+                s.deferred[t.name] = t.raw
+            for name in list(s.deferred)[: max(len(s.deferred) - MAX_DEFERRED_PER_SESSION, 0)]:
+                del s.deferred[name]
+            return True
+
+        self.store.update(session.key, change)
+
+
+def _earlier(adapter: Adapter, state: SessionState, current: set[str]) -> dict[str, Tool]:
+    """Tools deferred earlier in the session and absent now: searchable too (seed 000 §6)."""
+    if state.api != adapter.api:
+        return {}
+    out = {}
+    for name, raw in state.deferred.items():
+        if name in current:
+            continue
+        try:
+            out[name] = adapter.parse_tool(raw)
+        except Exception:
+            continue  # a stored definition we cannot read is skipped, not fatal
+    return out

@@ -1,0 +1,96 @@
+"""Mask credentials in text bound for logs.
+
+Why: a log line is copied into terminals, CI output and bug reports; a Gemini URL carries
+its API key in ``?key=``, a presigned AWS URL its signature, and an HTTP client or an
+exception message may print either, or a header. ``redact`` masks what it recognises in
+any text; ``RedactingFilter`` applies it to every log record a handler emits.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+MASK = "[redacted]"
+
+# Headers whose whole value is a credential (Anthropic, OpenAI, Gemini, Azure OpenAI, AWS, cookies).
+CREDENTIAL_HEADERS = frozenset({
+    "authorization", "proxy-authorization", "x-api-key", "x-goog-api-key", "api-key",
+    "x-amz-security-token", "cookie", "set-cookie",
+})
+# Query parameters that carry a credential: Gemini ``?key=``, OAuth tokens, presigned AWS/GCS URLs.
+CREDENTIAL_PARAMS = (
+    "key", "api_key", "apikey", "api-key", "access_token", "refresh_token", "id_token", "token",
+    "client_secret", "password", "sig", "signature",
+    "x-amz-signature", "x-amz-credential", "x-amz-security-token", "x-goog-signature", "x-goog-credential",
+)
+
+_NAMES = "|".join(re.escape(h) for h in sorted(CREDENTIAL_HEADERS, key=len, reverse=True))
+_PARAMS = "|".join(re.escape(p) for p in CREDENTIAL_PARAMS)
+# A header line's value (``Name: value`` to the end of the line) or a quoted value in a
+# repr/JSON pair: ``('x-api-key', 'sk-…')``, ``{"x-api-key": "sk-…"}``, ``(b'x-api-key', b'sk-…')``.
+_HEADER = re.compile(
+    rf"(?<![\w-])(?P<name>{_NAMES})(?P<sep>['\"]\s*[:,]\s*b?['\"]|\s*:\s*)(?P<value>[^'\"\r\n]*)",
+    re.IGNORECASE,
+)
+# ``name=value`` up to the next parameter or space: a URL's query parameter, or a header as a field.
+_ASSIGNED = re.compile(
+    rf"(?P<name>(?:(?<=[?&;])(?:{_PARAMS})|(?<![\w-])(?:{_NAMES}))=)[^&#\s'\"]*", re.IGNORECASE
+)
+_USERINFO = re.compile(r"(?P<name>[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@", re.IGNORECASE)  # scheme://user:pass@
+# Credentials recognisable by shape wherever they appear.
+_SHAPES = re.compile(
+    r"(?<=[Bb]earer )[^\s'\",]+"  # RFC 6750 bearer token
+    r"|(?<=Signature=)[0-9a-fA-F]+"  # SigV4 Authorization
+    r"|\bsk-[A-Za-z0-9_-]{16,}"  # Anthropic (sk-ant-…) and OpenAI (sk-, sk-proj-…) API keys
+    r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys
+    r"|\bya29\.[0-9A-Za-z_.-]+"  # Google OAuth access tokens
+    r"|\bABSK[A-Za-z0-9+/=]{16,}"  # Bedrock API keys
+    r"|\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"  # AWS access key ids (long-term, temporary)
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with every credential it recognises replaced by ``[redacted]``; idempotent."""
+    text = _HEADER.sub(lambda m: m["name"] + m["sep"] + (MASK if m["value"].strip() else m["value"]), text)
+    text = _ASSIGNED.sub(lambda m: m["name"] + MASK, text)
+    text = _USERINFO.sub(lambda m: m["name"] + MASK + "@", text)
+    return _SHAPES.sub(MASK, text)
+
+
+def redact_header(name: str, value: str) -> str:
+    """A header value as it may be logged: masked whole for a credential header."""
+    return MASK if name.lower() in CREDENTIAL_HEADERS else redact(value)
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts a record's message, arguments, traceback and stack before any handler formats it.
+
+    The message is formatted here (arguments such as an ``httpx.URL`` are not strings), so
+    the record leaves with ``args`` empty. Install it on handlers: a logger's own filters do
+    not see records propagated from child loggers."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: keep what there is, redacted, for the handler to print
+            message = f"{record.msg} {record.args!r}"
+        record.msg, record.args = redact(message), ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+def install(logger: logging.Logger | None = None) -> RedactingFilter:
+    """Put one ``RedactingFilter`` on every handler of ``logger`` (the root logger, where
+    mitmproxy's handlers live) that has none yet; handlers added later need another call."""
+    target = logger or logging.getLogger()
+    redacting = RedactingFilter()
+    for handler in target.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(redacting)
+    return redacting

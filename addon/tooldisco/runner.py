@@ -1,0 +1,322 @@
+"""The response phase of one flow: the phantom loop's rounds, driven over an injected network.
+
+Why one runner with two consumers: the loop's decisions (search, re-forward, finish, fall
+back) are the same whether the client gets one JSON answer at the end (``buffered``) or a
+stream it reads as it comes (``live``). Only the framing of what the client receives
+differs: a JSON answer is merged when the loop ends; a stream is stitched event by event
+(``tooldisco.stitch``), so the first token is never held back.
+
+The network is injected (``Open``): the addon's upstream client in production, a stub in
+tests. Nothing here blocks the event loop: searches run in worker threads under a budget,
+session writes go through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from loguru import logger
+
+from .loop import Finish, PhantomLoop, Search, Send
+from .planner import FlowContext
+from .search.service import SearchService
+from .sessions import SessionStore
+from .stitch.base import Failure
+from .telemetry import TelemetrySink
+
+# Fail-open on the first answer: a 4xx that the rewrite may have caused (a provider that
+# rejects the reduced tool list, the search tool's schema, …) gets the client's own request.
+REWRITE_REJECTED = frozenset({400, 422})
+MAX_BUFFERED_BYTES = 256 * 1024 * 1024  # a re-forwarded JSON answer read whole
+
+
+@dataclass
+class Answer:
+    """An upstream answer being read: status and headers at once, the body as it arrives."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    chunks: AsyncIterator[bytes]
+    close: Callable[[], Awaitable[None]] = field(default=lambda: _noop())
+
+    async def read(self, limit: int = MAX_BUFFERED_BYTES) -> bytes:
+        """The whole body (at most ``limit`` bytes; the rest is dropped), then the answer is closed."""
+        parts, size = [], 0
+        try:
+            async for chunk in self.chunks:
+                size += len(chunk)
+                if size > limit:
+                    break
+                parts.append(chunk)
+        finally:
+            await self.close()
+        return b"".join(parts)
+
+    @classmethod
+    def whole(cls, status: int, body: bytes, headers: list[tuple[str, str]] | None = None) -> Answer:
+        async def one() -> AsyncIterator[bytes]:
+            if body:
+                yield body
+
+        return cls(status, headers or [], one())
+
+
+async def _noop() -> None:
+    return None
+
+
+Open = Callable[[bytes], Awaitable[Answer]]  # send this body where the flow's request went
+
+
+@dataclass(frozen=True)
+class Head:
+    """Status and headers of what the client gets (hop-by-hop headers are the IO layer's job)."""
+
+    status: int
+    headers: list[tuple[str, str]]
+
+
+@dataclass
+class Reply:
+    """A whole answer for the client (the buffered consumer)."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+class LoopRunner:
+    """Drives one flow's phantom loop: rounds, searches, what the session keeps, its record."""
+
+    def __init__(self, ctx: FlowContext, searches: SearchService, store: SessionStore, telemetry: TelemetrySink,
+                 max_loops: int) -> None:
+        self.ctx = ctx
+        self.searches = searches
+        self.store = store
+        self.telemetry = telemetry
+        self.loop = PhantomLoop(ctx.adapter, ctx.phantom, ctx.forwarded, max_loops)
+        self._started = False
+        ctx.record.outcome = None  # "pending" until this runner says how the flow ended
+        self._upstream_s = 0.0
+        self._began = time.perf_counter()
+
+    # --- the loop, shared by both consumers ----------------------------------------------
+
+    async def step(self, message: dict[str, Any]) -> Send | Finish:
+        """One round's message in; the next body to send, or the end."""
+        action = self.loop.receive(message) if self._started else self.loop.start(self.ctx.body, message)
+        self._started = True
+        while isinstance(action, Search):
+            found = [await self.searches.answer(self.ctx, call) for call in action.calls]
+            action = self.loop.found(found)
+        return action
+
+    async def _open(self, open_: Open, body: bytes) -> Answer:
+        t0 = time.perf_counter()
+        try:
+            return await open_(body)
+        finally:
+            self._upstream_s += time.perf_counter() - t0
+
+    async def _fallback(self, first: Answer, open_: Open) -> Answer:
+        """The first answer, or the client's own request's answer when the rewrite was refused."""
+        record = self.ctx.record
+        if first.status == 200 or first.status not in REWRITE_REJECTED or not self.ctx.rewritten:
+            return first
+        await first.close()
+        logger.warning("upstream refused the rewritten request ({}); sending the client's own", first.status)
+        record.fallback_reason = f"rewrite_{first.status}_original_sent"
+        return await self._open(open_, self.ctx.original)
+
+    async def _settle(self, finish: Finish, shown_id: str | None = None) -> None:
+        """What the session keeps from this turn: tools found, and stored-chain links.
+
+        ``shown_id``: the response id the client saw when it is not the chain's head (a live
+        stream keeps round one's id); the client's next turn chains from it, and the planner
+        then continues from the head instead."""
+        ctx, loop = self.ctx, self.loop
+        record = ctx.record
+        record.loops = loop.rounds
+        record.outcome = record.outcome or finish.reason
+        if not ctx.persist:
+            return
+        expanded = list(loop.expanded)
+        head = ctx.adapter.response_id(finish.message)
+        pending = ctx.adapter.pending_items(ctx.body, loop.unanswered) if head and loop.unanswered else []
+        shown = shown_id or head
+
+        def write() -> None:
+            if expanded:
+                self.store.update(ctx.session, lambda s: s.expand(expanded))
+            if head and shown:
+                self.store.link(ctx.tenant, shown, ctx.session, pending, head if shown != head else None)
+
+        await asyncio.to_thread(write)
+
+    def _close_record(self) -> None:
+        record = self.ctx.record
+        total = time.perf_counter() - self._began
+        record.upstream_ms = round(self._upstream_s * 1000, 3)
+        record.loop_added_ms = round((total - self._upstream_s) * 1000, 3)
+        self.telemetry.submit(record)
+
+    # --- buffered: one JSON answer -------------------------------------------------------
+
+    async def buffered(self, first: Answer, open_: Open) -> Reply:
+        """Run the loop over whole answers; the client gets one (merged) answer."""
+        ctx = self.ctx
+        record = ctx.record
+        answer = await self._fallback(first, open_)
+        try:
+            body = await answer.read()
+            if answer.status != 200 or answer is not first:
+                record.outcome = record.outcome or f"upstream_{answer.status}"
+                return Reply(answer.status, answer.headers, body)
+            message = _json_object(body)
+            if message is None:
+                record.outcome = "undecodable"
+                return self._undecodable(answer, body)
+            headers = answer.headers
+            while True:
+                action = await self.step(message)
+                if isinstance(action, Finish):
+                    await self._settle(action)
+                    if action.reason == "no_phantom":  # the upstream's bytes, echoes restored
+                        return Reply(200, headers, self._echo(body))
+                    merged = _dumps(action.message)
+                    usage = list(ctx.adapter.usage_headers(action.message).items())
+                    return Reply(200, _override(headers, usage), self._echo(merged))
+                reforward = await self._open(open_, action.body.encode("utf-8"))
+                body = await reforward.read()
+                message = _json_object(body) if reforward.status == 200 else None
+                if message is None:
+                    return await self._reforward_failed(Reply(reforward.status, reforward.headers, body), open_)
+        except Exception as e:  # fail open: the first answer without the search the client cannot run
+            record.outcome = f"error: {type(e).__name__}"
+            logger.opt(exception=e).warning("phantom loop failed; passing the first upstream answer on")
+            return self._first_answer(answer.headers, body if answer is first else b"")
+        finally:
+            self._close_record()
+
+    def _echo(self, body: bytes) -> bytes:
+        return self.ctx.adapter.restore_echo(body.decode("utf-8"), self.ctx.client_body).encode("utf-8")
+
+    def _undecodable(self, answer: Answer, body: bytes) -> Reply:
+        """An answer we cannot read passes as it came, unless it holds our search call."""
+        if self.ctx.phantom and self.ctx.phantom.encode() in body:
+            return self._error_reply(502, "the upstream answer could not be read")
+        return Reply(answer.status, answer.headers, body)
+
+    def _first_answer(self, headers: list[tuple[str, str]], body: bytes) -> Reply:
+        """After an internal fault: the first answer minus the phantom calls, else an error."""
+        ctx = self.ctx
+        message = _json_object(body)
+        if message is None:
+            return self._error_reply(502, "tool discovery failed")
+        try:
+            stripped = ctx.adapter.strip(message, [ctx.phantom])
+            return Reply(200, headers, self._echo(_dumps(stripped)))
+        except Exception:
+            return self._error_reply(502, "tool discovery failed")
+
+    def _error_reply(self, status: int, message: str) -> Reply:
+        body = {"error": {"type": "api_error", "code": status, "message": message}}
+        return Reply(status, [("content-type", "application/json")], _dumps(body))
+
+    async def _reforward_failed(self, answer: Reply, open_: Open) -> Reply:
+        """A re-forward failed. A 4xx may be ours: retry the client's own request, untouched.
+        Anything else (5xx, 429, an unreadable 200) goes to the client as it is, so its retry
+        logic applies."""
+        record = self.ctx.record
+        self.loop.fail()
+        logger.warning("upstream answered {} to a phantom re-forward", answer.status)
+        if 400 <= answer.status < 500 and answer.status != 429:
+            record.fallback_reason = f"reforward_{answer.status}_original_sent"
+            record.outcome = f"fallback_{answer.status}"
+            retry = await self._open(open_, self.ctx.original)
+            return Reply(retry.status, retry.headers, await retry.read())
+        record.fallback_reason = f"reforward_{answer.status}"
+        record.outcome = f"fallback_{answer.status}"
+        return answer
+
+    # --- live: one stream, stitched as it comes ------------------------------------------
+
+    async def live(self, first: Answer, open_: Open) -> AsyncIterator[Head | bytes]:
+        """Yield the client's ``Head``, then its body bytes as soon as each is visible.
+
+        Closing this generator early (the client went away) closes the upstream answer
+        being read, which cancels that request."""
+        ctx = self.ctx
+        record = ctx.record
+        answer = await self._fallback(first, open_)
+        try:
+            if answer.status != 200 or answer is not first:
+                record.outcome = record.outcome or f"upstream_{answer.status}"
+                yield Head(answer.status, answer.headers)
+                async for chunk in answer.chunks:
+                    yield chunk
+                return
+            yield Head(200, answer.headers)
+            stitcher = ctx.adapter.stitcher(ctx.phantom, ctx.client_body)
+            shown_id: str | None = None  # the id the client's stream carries (round one's)
+            while True:
+                try:
+                    async for chunk in answer.chunks:
+                        if out := stitcher.feed(chunk):
+                            yield out
+                    end = stitcher.end_round()
+                    if end.error is not None:
+                        record.outcome = "upstream_stream_error"
+                        return
+                    if end.message is None or not end.complete:
+                        record.outcome = "upstream_truncated"
+                        yield stitcher.fail(Failure(502, message="the upstream stream ended early"))
+                        return
+                    if shown_id is None:
+                        shown_id = ctx.adapter.response_id(end.message)
+                    action = await self.step(end.message)
+                    if isinstance(action, Finish):
+                        # The session first: the client may send its next turn the moment it reads the end.
+                        await self._settle(action, shown_id)
+                        yield stitcher.finish()
+                        return
+                    await answer.close()
+                    stitcher.next_round()
+                    answer = await self._open(open_, action.body.encode("utf-8"))
+                    if answer.status != 200:
+                        record.outcome = f"reforward_{answer.status}"
+                        record.fallback_reason = f"reforward_{answer.status}"
+                        yield stitcher.fail(Failure(answer.status, await answer.read(1 << 20)))
+                        return
+                except (GeneratorExit, asyncio.CancelledError):
+                    record.outcome = "client_gone"
+                    raise
+                except Exception as e:  # after bytes went out, the stream still ends valid
+                    record.outcome = f"error: {type(e).__name__}"
+                    logger.opt(exception=e).warning("live phantom loop failed; ending the stream with an error")
+                    yield stitcher.fail(Failure(502, message="tool discovery failed mid-stream"))
+                    return
+        finally:
+            await answer.close()
+            self._close_record()
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _override(headers: list[tuple[str, str]], new: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    names = {k.lower() for k, _ in new}
+    return [(k, v) for k, v in headers if k.lower() not in names] + new

@@ -1,0 +1,240 @@
+"""The loop runner without a proxy: both consumers (buffered JSON, live stream), its fail-open paths."""
+
+import json
+
+import pytest
+
+from tooldisco.config import parse
+from tooldisco.engine import Engine
+from tooldisco.providers.anthropic import AnthropicAdapter
+from tooldisco.runner import Answer, Head
+from tooldisco.streams.anthropic import AnthropicStreamDecoder, encode
+
+from tests.support.catalog import anthropic_tools
+
+A = AnthropicAdapter()
+P = "gateway_search_tools"
+KEY = {"x-api-key": "sk-test"}
+
+
+@pytest.fixture
+def engine(tmp_path):
+    e = Engine(parse({"pipes": {"tool_discovery": {"enabled": True, "strategy": "tool-search",
+                                                   "search": {"backend": "bm25"}}},
+                      "sessions": {"dir": str(tmp_path / "s")}, "telemetry": {"path": str(tmp_path / "t.jsonl")}}))
+    yield e
+    e.close()
+
+
+def body(text="forecast for Paris?", stream=False):
+    return json.dumps({"model": "m", "max_tokens": 9, "tools": anthropic_tools(60), "stream": stream,
+                       "messages": [{"role": "user", "content": text}]}).encode()
+
+
+def message(*blocks, stop="tool_use", msg_id="msg_1"):
+    return {"id": msg_id, "type": "message", "role": "assistant", "model": "m", "content": list(blocks),
+            "stop_reason": stop, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 2}}
+
+
+def search_call(query="weather forecast"):
+    return {"type": "tool_use", "id": "toolu_s", "name": P, "input": {"query": query}}
+
+
+FORECAST = {"type": "tool_use", "id": "toolu_r", "name": "mcp__weather__get_forecast", "input": {"city": "Paris"}}
+
+
+def whole(msg, status=200, headers=None):
+    return Answer.whole(status, json.dumps(msg).encode(), headers or [("content-type", "application/json")])
+
+
+def last_record(engine):
+    engine.telemetry.flush()
+    return json.loads(engine.telemetry._path.read_text().splitlines()[-1])
+
+
+def context(engine, stream=False):
+    prepared = engine.prepare(A, KEY, body(stream=stream))
+    assert prepared.context is not None
+    return prepared.context
+
+
+async def test_warm_up_builds_the_index_once_per_catalog(engine, monkeypatch):
+    seen = []
+    monkeypatch.setattr(engine.searcher, "rank", lambda q, tools, limit: seen.append(len(tools)))
+    first = engine.prepare(A, KEY, body())
+    assert first.background is not None
+    await first.background()
+    assert seen == [60]
+    assert engine.prepare(A, KEY, body("another conversation")).background is None  # same catalog
+
+
+async def test_no_phantom_call_passes_the_upstream_bytes(engine):
+    raw = json.dumps(message({"type": "text", "text": "hi"}, stop="end_turn"), indent=1).encode()
+    out = await engine.runner(context(engine)).buffered(Answer.whole(200, raw), None)
+    assert out.status == 200 and out.body == raw
+
+
+async def test_a_4xx_on_a_reforward_resends_the_clients_own_request(engine):
+    ctx = context(engine)
+    sent = []
+
+    async def open_(b):
+        sent.append(b)
+        if len(sent) == 1:
+            return Answer.whole(400, b'{"type":"error","error":{"type":"invalid_request_error","message":"no"}}',
+                                [("request-id", "r1")])
+        return whole(message({"type": "text", "text": "plain answer"}, stop="end_turn"))
+
+    out = await engine.runner(ctx).buffered(whole(message(search_call())), open_)
+    assert sent[1] == body() and json.loads(out.body)["content"][0]["text"] == "plain answer"
+    assert last_record(engine)["fallback_reason"] == "reforward_400_original_sent"
+
+
+async def test_a_rejected_rewrite_resends_the_clients_own_request(engine):
+    ctx = context(engine)
+    sent = []
+
+    async def open_(b):
+        sent.append(b)
+        return whole(message({"type": "text", "text": "fine"}, stop="end_turn"))
+
+    rejected = Answer.whole(400, b'{"type":"error","error":{"type":"invalid_request_error","message":"tools"}}')
+    out = await engine.runner(ctx).buffered(rejected, open_)
+    assert sent == [body()] and out.status == 200 and json.loads(out.body)["content"][0]["text"] == "fine"
+    assert last_record(engine)["fallback_reason"] == "rewrite_400_original_sent"
+
+
+async def test_a_5xx_on_a_reforward_reaches_the_client_with_its_headers(engine):
+    async def open_(b):
+        return Answer.whole(529, b'{"type":"error","error":{"type":"overloaded_error"}}', [("retry-after", "3")])
+
+    out = await engine.runner(context(engine)).buffered(whole(message(search_call())), open_)
+    assert out.status == 529 and ("retry-after", "3") in out.headers and P.encode() not in out.body
+
+
+async def test_an_undecodable_first_answer_passes_through(engine):
+    out = await engine.runner(context(engine)).buffered(Answer.whole(200, b"not json"), None)
+    assert out.body == b"not json"
+
+
+async def test_an_undecodable_answer_holding_the_search_call_becomes_an_error(engine):
+    cut = json.dumps(message(search_call())).encode()[:-20]
+    out = await engine.runner(context(engine)).buffered(Answer.whole(200, cut), None)
+    assert out.status == 502 and P.encode() not in out.body
+
+
+async def test_a_merged_answer_sums_usage_and_hides_the_search(engine):
+    async def open_(b):
+        sent = json.loads(b)
+        assert "mcp__weather__get_forecast" in [t["name"] for t in sent["tools"]]
+        return whole(message(FORECAST))
+
+    out = await engine.runner(context(engine)).buffered(whole(message(search_call())), open_)
+    data = json.loads(out.body)
+    assert data["usage"] == {"input_tokens": 20, "output_tokens": 4} and P not in out.body.decode()
+
+
+async def test_a_bug_mid_loop_still_hides_the_search(engine):
+    async def open_(b):
+        raise RuntimeError("network stack exploded")
+
+    first = message({"type": "text", "text": "let me look"}, search_call())
+    out = await engine.runner(context(engine)).buffered(whole(first), open_)
+    data = json.loads(out.body)
+    assert data["content"] == [{"type": "text", "text": "let me look"}] and data["stop_reason"] == "end_turn"
+
+
+# --- live ----------------------------------------------------------------------------------
+
+
+def chunked(data: bytes, size: int = 7) -> Answer:
+    async def gen():
+        for i in range(0, len(data), size):
+            yield data[i:i + size]
+
+    closed = []
+
+    async def close():
+        closed.append(True)
+
+    answer = Answer(200, [("content-type", "text/event-stream")], gen(), close)
+    answer.closed = closed  # type: ignore[attr-defined]
+    return answer
+
+
+async def collect(items):
+    head, out = None, []
+    async for item in items:
+        if isinstance(item, Head):
+            head = item
+        else:
+            out.append(item)
+    return head, b"".join(out)
+
+
+def decoded(data: bytes):
+    d = AnthropicStreamDecoder()
+    d.feed(data)
+    d.feed(b"")
+    assert d.done
+    return d.message()
+
+
+async def test_live_without_a_search_is_the_upstream_stream(engine):
+    upstream = encode(message({"type": "text", "text": "hello"}, stop="end_turn"))
+    head, out = await collect(engine.runner(context(engine, True)).live(chunked(upstream), None))
+    assert head.status == 200 and out == upstream
+
+
+async def test_live_with_a_search_stitches_one_stream(engine):
+    bodies = []
+
+    async def open_(b):
+        bodies.append(json.loads(b))
+        return chunked(encode(message(FORECAST, msg_id="msg_2")))
+
+    first = encode(message({"type": "text", "text": "looking"}, search_call()))
+    head, out = await collect(engine.runner(context(engine, True)).live(chunked(first), open_))
+    got = decoded(out)
+    assert [b["type"] for b in got["content"]] == ["text", "tool_use"] and got["id"] == "msg_1"
+    assert got["stop_reason"] == "tool_use" and got["usage"]["input_tokens"] == 20
+    assert P.encode() not in out and b"toolu_s" not in out
+    assert bodies[0]["messages"][-1]["content"][0]["tool_use_id"] == "toolu_s"
+
+
+async def test_live_error_on_a_reforward_ends_the_stream_with_the_providers_error(engine):
+    async def open_(b):
+        return Answer.whole(529, b'{"type":"error","error":{"type":"overloaded_error","message":"busy"}}')
+
+    first = encode(message({"type": "text", "text": "looking"}, search_call()))
+    _, out = await collect(engine.runner(context(engine, True)).live(chunked(first), open_))
+    assert out.rstrip().endswith(b'"message":"busy"}}') and b"event: error" in out
+    assert P.encode() not in out
+
+
+async def test_live_truncated_round_ends_with_an_error_not_a_success(engine):
+    first = encode(message({"type": "text", "text": "partial answer"}, stop="end_turn"))
+    _, out = await collect(engine.runner(context(engine, True)).live(chunked(first[:-40]), None))
+    assert b"event: error" in out and b"message_stop" not in out
+
+
+async def test_live_rejected_rewrite_streams_the_clients_own_request(engine):
+    upstream = encode(message({"type": "text", "text": "fine"}, stop="end_turn"))
+    sent = []
+
+    async def open_(b):
+        sent.append(b)
+        return chunked(upstream)
+
+    rejected = Answer.whole(422, b'{"type":"error","error":{"type":"invalid_request_error","message":"x"}}')
+    head, out = await collect(engine.runner(context(engine, True)).live(rejected, open_))
+    assert sent == [body(stream=True)] and head.status == 200 and out == upstream
+
+
+async def test_live_client_gone_closes_the_upstream(engine):
+    first = chunked(encode(message({"type": "text", "text": "a long answer " * 50}, stop="end_turn")), 5)
+    items = engine.runner(context(engine, True)).live(first, None)
+    assert isinstance(await items.__anext__(), Head)
+    await items.__anext__()
+    await items.aclose()
+    assert first.closed and last_record(engine)["outcome"] == "client_gone"

@@ -1,0 +1,264 @@
+"""InvokeModelWithResponseStream stitcher: Anthropic events in AWS event-stream frames.
+
+Oracles: our decoder (``merge`` of the stripped rounds, invocation metrics summed),
+botocore's event-stream parser as boto3 runs it (frames, CRCs, exception frames raise
+``EventStreamError``) with the inner events folded by the anthropic SDK's own
+``accumulate_event``, and the anthropic SDK's Bedrock client reading the whole stream.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import anthropic as anthropic_sdk
+import botocore.exceptions
+import pytest
+from anthropic.lib.streaming._messages import accumulate_event
+from test_stitch_anthropic import (
+    ANSWER_CALL,
+    ANSWER_TEXT,
+    CHUNKERS,
+    MIXED,
+    P,
+    PHANTOM_IDS,
+    SEARCH_1,
+    SEARCH_2,
+    Chunker,
+    check_grammar,
+    decoded,
+    drive,
+    every_byte,
+    expected,
+    sdk_view,
+    whole,
+)
+from test_streams_support import anthropic_bedrock_final, boto3_events, fixture
+from tooldisco.providers.bedrock import InvokeAdapter
+from tooldisco.stitch import Failure
+from tooldisco.streams import anthropic
+from tooldisco.streams.bedrock import METRICS, encode_invoke
+from tooldisco.streams.eventstream import EventStreamDecoder, EventStreamError, Frame, encode_frame
+
+INVOKE = InvokeAdapter(stream=True)
+
+
+def metered(m: dict[str, Any], latency: int) -> dict[str, Any]:
+    usage = m["usage"]
+    metrics = {
+        "inputTokenCount": usage["input_tokens"],
+        "outputTokenCount": usage["output_tokens"],
+        "invocationLatency": latency,
+        "firstByteLatency": latency // 4,
+    }
+    return {**copy.deepcopy(m), METRICS: metrics}
+
+
+R1, R2, R_CALL, R_TEXT, R_MIXED = (
+    metered(m, 400 + 100 * i) for i, m in enumerate([SEARCH_1, SEARCH_2, ANSWER_CALL, ANSWER_TEXT, MIXED])
+)
+
+
+def chunk_frame(event: dict[str, Any], padding: str = "") -> bytes:
+    """A chunk frame as Bedrock writes it: spaced inner JSON, a random ``p`` padding field."""
+    payload: dict[str, Any] = {"bytes": base64.b64encode(json.dumps(event).encode()).decode()}
+    if padding:
+        payload["p"] = padding
+    headers = {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}
+    return encode_frame(headers, json.dumps(payload).encode())
+
+
+def bedrock_body(m: dict[str, Any]) -> bytes:
+    plain = {k: v for k, v in m.items() if k != METRICS}
+    events = [e for e in anthropic.stream_events(plain) if e["type"] != "ping"]  # Bedrock sends no ping
+    events[-1] = {**events[-1], METRICS: m[METRICS]}
+    return b"".join(chunk_frame(e, "abcdefghij"[: i % 10]) for i, e in enumerate(events))
+
+
+def unwrap(frame: Frame) -> dict[str, Any]:
+    """The Anthropic event inside one chunk frame."""
+    return json.loads(base64.b64decode(json.loads(frame.payload)["bytes"]))
+
+
+def inner_events(body: bytes) -> list[dict[str, Any]]:
+    """The Anthropic events boto3 parses out of the stream (raises on an exception frame)."""
+    return [json.loads(event["chunk"]["bytes"]) for event in boto3_events("invoke", body, chunk=13)]
+
+
+def sdk_accumulated(events: list[dict[str, Any]]) -> dict[str, Any]:
+    snapshot = None
+    for event in events:
+        snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs={})  # type: ignore[arg-type]
+    assert snapshot is not None
+    return snapshot.to_dict()
+
+
+def assert_no_phantom(client: bytes, events: list[dict[str, Any]]) -> None:
+    text = json.dumps(events)
+    assert P not in text and not any(call_id.decode() in text for call_id in PHANTOM_IDS)
+    assert P.encode() not in client
+
+
+def check_stitched(rounds: list[dict[str, Any]], chunker: Chunker, **kwargs: Any) -> tuple[bytes, dict[str, Any]]:
+    client, ends = drive(INVOKE, [encode_invoke(m) for m in rounds], chunker, **kwargs)
+    assert [end.message for end in ends] == rounds and all(end.complete for end in ends)
+    events = inner_events(client)
+    assert_no_phantom(client, events)
+    check_grammar(events)
+    got = decoded(INVOKE, client)
+    assert got == expected(INVOKE, rounds)
+    assert events[-1][METRICS] == got[METRICS]
+    plain = sdk_view({k: v for k, v in got.items() if k != METRICS})
+    assert sdk_view(sdk_accumulated(events)) == plain
+    assert sdk_view(anthropic_bedrock_final(client, chunk=9)) == plain
+    return client, got
+
+
+# -- no search: byte identity ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "body",
+    [fixture("bedrock_invoke_claude.bin"), encode_invoke(R_CALL), bedrock_body(R_TEXT)],
+    ids=["fixture", "encoded", "padded"],
+)
+def test_a_round_without_search_is_forwarded_byte_for_byte(body: bytes, chunker: Chunker) -> None:
+    client, ends = drive(INVOKE, [body], chunker)
+    assert client == body
+    assert ends[0].message == decoded(INVOKE, body)
+
+
+# -- stitched rounds ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
+def test_one_search_then_a_visible_call(chunker: Chunker) -> None:
+    _, got = check_stitched([R1, R_CALL], chunker)
+    assert got["id"] == "msg_round1" and got["stop_reason"] == "tool_use"
+    assert [b["type"] for b in got["content"]] == ["thinking", "text", "thinking", "text", "tool_use"]
+    assert got["usage"]["input_tokens"] == 320 and got["usage"]["output_tokens"] == 70
+    sums = {"inputTokenCount": 320, "outputTokenCount": 70, "invocationLatency": 1000, "firstByteLatency": 250}
+    assert got[METRICS] == sums
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
+def test_two_searches_then_text(chunker: Chunker) -> None:
+    _, got = check_stitched([R1, R2, R_TEXT], chunker)
+    assert got["stop_reason"] == "end_turn"
+    assert got[METRICS]["invocationLatency"] == 400 + 500 + 700
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
+def test_mixed_round_and_max_loops(chunker: Chunker) -> None:
+    _, got = check_stitched([R_MIXED], chunker)
+    assert [b.get("name") for b in got["content"]] == [None, "read_file"] and got["stop_reason"] == "tool_use"
+    _, got = check_stitched([R1], chunker, max_rounds=1)
+    assert got["stop_reason"] == "end_turn" and got[METRICS] == R1[METRICS]
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
+def test_padded_upstream_frames_stitch(chunker: Chunker) -> None:
+    client, _ = drive(INVOKE, [bedrock_body(R1), bedrock_body(R_CALL)], chunker)
+    events = inner_events(client)
+    assert_no_phantom(client, events)
+    check_grammar(events)
+    assert decoded(INVOKE, client) == expected(INVOKE, [R1, R_CALL])
+
+
+def test_frames_go_out_with_the_feed_that_completes_them() -> None:
+    stitcher = INVOKE.stitcher(P, "{}")
+    for k, m in enumerate([R1, R_CALL], 1):
+        hidden = next((i for i, b in enumerate(m["content"]) if b.get("name") == P), None)
+        for frame in EventStreamDecoder().feed(encode_invoke(m)):
+            data = unwrap(frame)
+            visible = not (
+                data["type"] in ("message_delta", "message_stop")
+                or (data["type"] == "message_start" and k > 1)
+                or ("index" in data and data["index"] == hidden)
+            )
+            returned = [stitcher.feed(frame.raw[i : i + 1]) for i in range(len(frame.raw))]
+            assert not any(returned[:-1]) and bool(returned[-1]) == visible
+        assert stitcher.end_round().complete
+        if k == 1:
+            stitcher.next_round()
+    closing = EventStreamDecoder().feed(stitcher.finish())
+    assert [unwrap(f)["type"] for f in closing] == ["message_delta", "message_stop"]
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+THROTTLED = {
+    ":exception-type": "throttlingException",
+    ":content-type": "application/json",
+    ":message-type": "exception",
+}
+WAIT = "Too many requests, please wait before trying again."
+OVERLOADED = json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}).encode()
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
+def test_an_exception_frame_in_round_two_is_passed_on_at_once(chunker: Chunker) -> None:
+    exception = encode_frame(THROTTLED, b'{"message":"Too many tokens, please wait."}')
+    round2 = b"".join(f.raw for f in EventStreamDecoder().feed(encode_invoke(R_TEXT))[:3]) + exception
+    client, ends = drive(INVOKE, [encode_invoke(R1), round2], chunker)
+    assert ends[-1].error == {"type": "throttlingException", "message": "Too many tokens, please wait."}
+    assert client.endswith(exception)
+    with pytest.raises(botocore.exceptions.EventStreamError) as raised:
+        inner_events(client)
+    assert raised.value.response["Error"]["Code"] == "throttlingException"
+    with pytest.raises(anthropic_sdk.APIStatusError) as sdk_raised:
+        anthropic_bedrock_final(client)
+    assert sdk_raised.value.body["error"]["type"] == "throttlingException"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind", "text"),
+    [
+        (429, json.dumps({"message": WAIT}).encode(), "throttlingException", WAIT),
+        (429, b"", "throttlingException", "upstream answered HTTP 429"),
+        (503, b"", "serviceUnavailableException", "upstream answered HTTP 503"),
+        (529, OVERLOADED, "serviceUnavailableException", "Overloaded"),
+        (500, b"oops", "internalServerException", "upstream answered HTTP 500"),
+        (504, b"", "modelTimeoutException", "upstream answered HTTP 504"),
+        (400, b'{"message":"bad input"}', "validationException", "bad input"),
+    ],
+)
+@pytest.mark.parametrize("chunker", [whole, every_byte], ids=lambda c: c.__name__)
+def test_fail_after_round_one_sends_an_exception_frame(
+    status: int, body: bytes, kind: str, text: str, chunker: Chunker
+) -> None:
+    client, _ = drive(INVOKE, [encode_invoke(R1)], chunker, failure=Failure(status, body))
+    frames = EventStreamDecoder().feed(client)
+    assert frames[-1].message_type == "exception" and frames[-1].headers[":exception-type"] == kind
+    assert json.loads(frames[-1].payload) == {"message": text}
+    assert all(f.message_type == "event" for f in frames[:-1])
+    with pytest.raises(botocore.exceptions.EventStreamError) as raised:
+        inner_events(client)
+    assert raised.value.response["Error"] == {"Code": kind, "Message": text}
+    with pytest.raises(anthropic_sdk.APIStatusError):
+        anthropic_bedrock_final(client)
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
+def test_a_round_ending_inside_a_frame_is_incomplete(chunker: Chunker) -> None:
+    round2 = encode_invoke(R_CALL)
+    client, ends = drive(INVOKE, [encode_invoke(R1), round2[: len(round2) // 2]], chunker)
+    assert not ends[-1].complete and ends[-1].error is None
+    frames = EventStreamDecoder().feed(client)
+    assert frames[-1].headers[":exception-type"] == "internalServerException"
+    assert json.loads(frames[-1].payload) == {"message": "upstream stream ended early"}
+    with pytest.raises(botocore.exceptions.EventStreamError):
+        inner_events(client)
+
+
+def test_a_corrupt_frame_raises_for_the_runner_to_fail() -> None:
+    stitcher = INVOKE.stitcher(P, "{}")
+    body = bytearray(encode_invoke(R_TEXT))
+    body[40] ^= 0xFF
+    with pytest.raises(EventStreamError):
+        stitcher.feed(bytes(body))
+    frames = EventStreamDecoder().feed(stitcher.fail(Failure(502, message="tool discovery failed mid-stream")))
+    assert frames[0].headers[":exception-type"] == "internalServerException"

@@ -1,0 +1,518 @@
+"""Chat Completions stitcher: the rounds of a phantom loop as one live client stream.
+
+Driven the way the runner drives it, with upstream rounds cut anywhere. Oracles: our own
+decoder (the stitched stream decodes to ``merge`` of the stripped rounds, with round 1's
+``created``: the client sees one completion), the openai SDK (``chat.completions.create(
+stream=True)`` into ``ChatCompletionStreamState``, and ``chat.completions.stream``, through a
+mock transport), and the grammar itself (one role, one id, consecutive tool-call indexes,
+one finish_reason, ``[DONE]`` last).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+import openai
+import pytest
+from test_streams_support import fixture, mock_http, openai_chat_final, strip_nones
+from tooldisco.providers.openai_chat import OpenAIChatAdapter
+from tooldisco.stitch import Failure, RoundEnd
+from tooldisco.streams.openai_chat import encode
+from tooldisco.streams.sse import SSEDecoder
+
+from tests.fakeprovider.model import Conversation, Reply, ToolCall, Usage
+from tests.fakeprovider.providers.openai_chat import OpenAIChat
+
+A = OpenAIChatAdapter()
+P = "gateway_search_tools"
+SDK_ADDED = frozenset({"parsed", "parsed_arguments"})
+Chunker = Callable[[bytes], list[bytes]]
+
+
+# -- chunkers ------------------------------------------------------------------------------
+def whole(data: bytes) -> list[bytes]:
+    return [data]
+
+
+def per_byte(data: bytes) -> list[bytes]:
+    return [data[i : i + 1] for i in range(len(data))]
+
+
+def randomly(seed: int) -> Chunker:
+    def cut(data: bytes) -> list[bytes]:
+        rng = random.Random(seed * 7919 + len(data))
+        pieces, pos = [], 0
+        while pos < len(data):
+            step = rng.randint(1, rng.choice([3, 17, 200]))
+            pieces.append(data[pos : pos + step])
+            pos += step
+        return pieces
+
+    return cut
+
+
+CHUNKERS = [whole, per_byte, *(randomly(seed) for seed in range(6))]
+
+
+# -- upstream rounds ---------------------------------------------------------------------
+def call(name: str, cid: str, arguments: str = '{"query":"weather"}') -> dict[str, Any]:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def usage_of(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> dict[str, Any]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0}}
+
+
+def completion(text: str | None, *calls: dict[str, Any], cid: str, created: int,
+               usage: dict[str, Any] | None, **message: Any) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None, **message}
+    if calls:
+        msg["tool_calls"] = list(calls)
+    return {"id": cid, "object": "chat.completion", "created": created, "model": "gpt-4.1-2025-04-14",
+            "choices": [{"index": 0, "message": msg, "logprobs": None,
+                         "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": usage, "service_tier": "default", "system_fingerprint": "fp_b3f1157249"}
+
+
+def upstream(text: str | None, *calls: dict[str, Any], cid: str, created: int = 1763800000,
+             usage: dict[str, Any] | None = None, include_usage: bool = True, **message: Any) -> bytes:
+    return encode(completion(text, *calls, cid=cid, created=created, usage=usage, **message), include_usage)
+
+
+ROUND_SEARCH = upstream("Let me look for a weather tool.", call(P, "call_S1"), cid="chatcmpl-1",
+                        usage=usage_of(100, 20, 0, 5))
+ROUND_ANSWER = upstream("It is 21 °C in Zürich — sunny.", cid="chatcmpl-2", created=1763800009,
+                        usage=usage_of(300, 40, 100, 7))
+
+
+def fake_provider_round(text: str, calls: list[ToolCall], tokens: int) -> bytes:
+    """A round as the fake provider streams it (word-split text, arguments cut anywhere)."""
+    body = {"model": "gpt-4.1", "stream": True, "stream_options": {"include_usage": True}}
+    conv = Conversation(api="openai-chat", model="gpt-4.1", stream=True, tools=["get_weather", P], calls=[],
+                        results=[], last_user_text="hi", body=body)
+    rendered = OpenAIChat().render(Reply(text, calls, Usage(tokens, 10 + tokens, tokens // 2)), conv)
+    return b"".join(rendered.events)
+
+
+def chunk_event(*choices: dict[str, Any], cid: str = "chatcmpl-h", **extra: Any) -> bytes:
+    body = {"id": cid, "object": "chat.completion.chunk", "created": 7, "model": "gpt-4.1-2025-04-14",
+            "service_tier": "default", "choices": list(choices), **extra}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def choice(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+
+
+def head(index: int, cid: str, name: str, arguments: str = "") -> dict[str, Any]:
+    return {"index": index, "id": cid, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def fragment(index: int, arguments: str) -> dict[str, Any]:
+    return {"index": index, "function": {"arguments": arguments}}
+
+
+DONE = b"data: [DONE]\n\n"
+ERROR = b'data: {"error":{"message":"The server had an error","type":"server_error","param":null,"code":null}}\n\n'
+
+
+# -- the runner, as the relay drives a stitcher ----------------------------------------------
+def run(rounds: list[bytes], chunker: Chunker = whole, failure: Failure | None = None) -> tuple[bytes, list[RoundEnd]]:
+    """Feed each round, then next_round (more rounds follow), finish, or the failure."""
+    stitcher = A.stitcher(P, '{"model":"gpt-4.1","messages":[],"stream":true}')
+    out, ends = bytearray(), []
+    for k, data in enumerate(rounds):
+        for piece in chunker(data):
+            out += stitcher.feed(piece)
+        end = stitcher.end_round()
+        ends.append(end)
+        if end.error:
+            return bytes(out), ends
+        if not end.complete:
+            return bytes(out + stitcher.fail(Failure(502, message="upstream stream ended early"))), ends
+        if k + 1 < len(rounds) or failure is not None:
+            stitcher.next_round()
+    return bytes(out + (stitcher.fail(failure) if failure is not None else stitcher.finish())), ends
+
+
+def decoded(data: bytes) -> dict[str, Any]:
+    decoder = A.decoder()
+    decoder.feed(data)
+    decoder.feed(b"")
+    return decoder.message()
+
+
+def expected(rounds: list[bytes]) -> dict[str, Any]:
+    """Oracle 1: merge of the stripped rounds, with round 1's ``created`` (one completion)."""
+    messages = [decoded(r) for r in rounds]
+    merged = A.merge([A.strip(m, [P]) for m in messages])
+    merged["created"] = messages[0]["created"]
+    return merged
+
+
+def payloads(data: bytes) -> list[Any]:
+    decoder = SSEDecoder()
+    return [json.loads(e.data) if e.data != "[DONE]" else "[DONE]" for e in decoder.feed(data) + decoder.feed(b"")]
+
+
+def check_grammar(data: bytes) -> list[dict[str, Any]]:
+    """The client stream's own rules; returns its chunks (without [DONE])."""
+    *chunks, done = payloads(data)
+    assert done == "[DONE]"
+    real = [c for c in chunks if c.get("object") == "chat.completion.chunk"]
+    assert len({(c["id"], c["created"]) for c in real}) == 1  # one completion
+    choices = [ch for c in real for ch in c["choices"]]
+    assert [ch["delta"].get("role") for ch in choices if "role" in ch["delta"]] == ["assistant"]
+    heads = [tc for ch in choices for tc in ch["delta"].get("tool_calls", []) if "id" in tc]
+    assert [tc["index"] for tc in heads] == list(range(len(heads)))
+    named = set()
+    for ch in choices:
+        for tc in ch["delta"].get("tool_calls", []):
+            if "id" in tc:
+                named.add(tc["index"])
+            assert tc["index"] in named  # every fragment continues a call the client saw start
+    finishes = [i for i, ch in enumerate(choices) if ch["finish_reason"] is not None]
+    assert finishes == [len(choices) - 1]
+    usages = [c["usage"] for c in real if c.get("usage") is not None]
+    assert len(usages) <= 1 and all(c["choices"] == [] for c in real if c.get("usage") is not None)
+    return chunks
+
+
+def check_hidden(data: bytes, *call_ids: str) -> None:
+    assert P.encode() not in data
+    for cid in call_ids:
+        assert cid.encode() not in data
+
+
+def sdk_view(value: dict[str, Any]) -> dict[str, Any]:
+    view = strip_nones(value, SDK_ADDED)
+    for c in view["choices"]:
+        for tc in c["message"].get("tool_calls", []):
+            tc.pop("index", None)
+    return view
+
+
+def sdk_stream_final(data: bytes) -> dict[str, Any]:
+    """What ``chat.completions.stream(...).get_final_completion()`` makes of ``data``."""
+    client = openai.OpenAI(api_key="x", base_url="http://test/v1", http_client=mock_http(data, "text/event-stream", 11))
+    with client.chat.completions.stream(model="m", messages=[{"role": "user", "content": "hi"}]) as stream:
+        for _ in stream:
+            pass
+        return stream.get_final_completion().to_dict()
+
+
+def sdk_chunks(data: bytes) -> list[Any]:
+    """What ``chat.completions.create(stream=True)`` yields for ``data`` (raises what it raises)."""
+    client = openai.OpenAI(api_key="x", base_url="http://test/v1", http_client=mock_http(data, "text/event-stream", 5))
+    return list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
+
+
+def check_stitched(rounds: list[bytes], chunker: Chunker, *hidden_ids: str) -> dict[str, Any]:
+    out, ends = run(rounds, chunker)
+    assert [e.message for e in ends] == [decoded(r) for r in rounds]  # what the loop decides on
+    assert all(e.complete and e.error is None for e in ends)
+    check_grammar(out)
+    check_hidden(out, *hidden_ids)
+    want = expected(rounds)
+    assert decoded(out) == want  # oracle 1
+    final = sdk_view(openai_chat_final(out, chunk=23))  # oracle 2, create(stream=True) + the SDK's state
+    assert final == strip_nones(want)
+    assert sdk_view(sdk_stream_final(out)) == final
+    return final
+
+
+# -- no search: the stream passes as it came ------------------------------------------------
+NO_SEARCH = [
+    fixture("openai_chat_tools_usage.sse"),
+    fixture("openai_chat_refusal_no_usage.sse"),
+    fixture("openai_chat_tools_usage.sse").replace(b"\n", b"\r\n"),
+    fake_provider_round("Sunny in Zürich.", [ToolCall("call_W", "get_weather", {"city": "Zürich"})], 50),
+]
+
+
+@pytest.mark.parametrize("data", NO_SEARCH)
+@pytest.mark.parametrize("chunker", CHUNKERS)
+def test_no_search_is_byte_identical(data: bytes, chunker: Chunker) -> None:
+    out, (end,) = run([data], chunker)
+    assert out == data
+    assert end == RoundEnd(decoded(data), True, None)
+
+
+def test_each_visible_chunk_leaves_with_the_feed_that_completed_it() -> None:
+    """Fed one upstream event at a time: a visible chunk comes out of that very feed; the
+    phantom call's fragments and the closing chunks wait."""
+    data = upstream("Checking.", call("get_weather", "call_R", '{"city":"Oslo"}'), call(P, "call_S1"),
+                    cid="chatcmpl-1", usage=usage_of(10, 5))
+    stitcher = A.stitcher(P, "{}")
+    events = [e + b"\n\n" for e in data.split(b"\n\n") if e]
+    client = bytearray()
+    for raw, payload in zip(events, payloads(data)):
+        out = stitcher.feed(raw[:-1])  # the event's end is its blank line: not yet
+        out += stitcher.feed(raw[-1:])
+        client += out
+        if payload == "[DONE]" or not payload["choices"] or payload["choices"][0]["finish_reason"]:
+            assert out == b""  # closing: held
+        elif any(tc["index"] == 1 for tc in payload["choices"][0]["delta"].get("tool_calls", [])):
+            assert out == b""  # the phantom call's fragments
+        else:
+            assert out == raw
+    assert stitcher.end_round().complete
+    rest = stitcher.finish()
+    assert [p if p == "[DONE]" else p["choices"] for p in payloads(rest)][-2:] == [[], "[DONE]"]
+    assert bytes(client + rest) == b"".join(e for e in events if b"call_S1" not in e and b'"index":1,' not in e)
+
+
+# -- stitched rounds -------------------------------------------------------------------------
+@pytest.mark.parametrize("chunker", CHUNKERS)
+def test_one_search(chunker: Chunker) -> None:
+    final = check_stitched([ROUND_SEARCH, ROUND_ANSWER], chunker, "call_S1")
+    assert final["id"] == "chatcmpl-1" and final["created"] == 1763800000
+    message = final["choices"][0]["message"]
+    assert message == {"role": "assistant",
+                       "content": "Let me look for a weather tool.\n\nIt is 21 °C in Zürich — sunny."}
+    assert final["choices"][0]["finish_reason"] == "stop"
+    assert final["usage"] == usage_of(400, 60, 100, 12)
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:5])
+def test_two_searches_then_a_real_call(chunker: Chunker) -> None:
+    first = upstream(None, call(P, "call_S1"), cid="chatcmpl-1", usage=usage_of(100, 20))
+    second = upstream("Still looking.", call(P, "call_S2", '{"query":"forecast"}'), cid="chatcmpl-2",
+                      usage=usage_of(200, 30, 50, 1))
+    third = upstream(None, call("get_weather", "call_R", '{"city":"Zürich"}'), cid="chatcmpl-3",
+                     usage=usage_of(300, 40, 60, 2))
+    final = check_stitched([first, second, third], chunker, "call_S1", "call_S2")
+    message = final["choices"][0]["message"]
+    assert message["content"] == "Still looking." and final["choices"][0]["finish_reason"] == "tool_calls"
+    assert [tc["id"] for tc in message["tool_calls"]] == ["call_R"]
+    assert final["usage"] == usage_of(600, 90, 110, 3)
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:4])
+def test_fake_provider_rounds(chunker: Chunker) -> None:
+    first = fake_provider_round("I will search for a tool.", [ToolCall("call_F1", P, {"query": "weather"})], 100)
+    second = fake_provider_round("", [ToolCall("call_F2", P, {"query": "forecast"})], 200)
+    third = fake_provider_round("Found it.", [ToolCall("call_F3", "get_weather", {"city": "Oslo"})], 300)
+    final = check_stitched([first, second, third], chunker, "call_F1", "call_F2")
+    assert final["choices"][0]["message"]["content"] == "I will search for a tool.\n\nFound it."
+    assert final["usage"]["prompt_tokens"] == 600 and final["usage"]["prompt_tokens_details"]["cached_tokens"] == 300
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_without_a_usage_chunk(include_usage: bool) -> None:
+    first = upstream("Searching.", call(P, "call_S1"), cid="chatcmpl-1", include_usage=include_usage)
+    second = upstream("Done.", cid="chatcmpl-2", include_usage=include_usage)
+    final = check_stitched([first, second], per_byte, "call_S1")
+    assert "usage" not in final
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:5])
+def test_mixed_round_streams_the_real_calls(chunker: Chunker) -> None:
+    mixed = upstream("Two things.", call("get_weather", "call_A", '{"city":"Oslo"}'), call(P, "call_S1"),
+                     call("get_time", "call_B", '{"tz":"CET"}'), cid="chatcmpl-1", usage=usage_of(10, 5))
+    final = check_stitched([mixed], chunker, "call_S1")
+    assert [tc["id"] for tc in final["choices"][0]["message"]["tool_calls"]] == ["call_A", "call_B"]
+    assert final["choices"][0]["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:4])
+def test_fragments_of_several_calls_in_one_chunk(chunker: Chunker) -> None:
+    """A compatible server packing fragments of several calls (the phantom's among them) and
+    content into one chunk: the visible parts stay, renumbered, in the same chunk."""
+    mixed = (
+        chunk_event(choice({"role": "assistant", "content": ""}))
+        + chunk_event(choice({"content": "Both.", "tool_calls": [head(0, "call_S1", P, '{"query"')]}))
+        + chunk_event(choice({"tool_calls": [fragment(0, ':"x"}'), head(1, "call_A", "get_weather", '{"c')]}))
+        + chunk_event(choice({"tool_calls": [fragment(0, "")]}), obfuscation="pad")  # phantom only: dropped
+        + chunk_event(choice({"tool_calls": [fragment(1, 'ity":"Oslo"}')]}))
+        + chunk_event(choice({}, "tool_calls"))
+        + DONE
+    )
+    out, _ = run([mixed], chunker)
+    chunks = check_grammar(out)
+    assert len(chunks) == 5
+    assert chunks[2]["choices"][0]["delta"]["tool_calls"] == [head(0, "call_A", "get_weather", '{"c')]
+    check_hidden(out, "call_S1")
+    assert decoded(out) == expected([mixed])
+    assert sdk_view(openai_chat_final(out))["choices"][0]["message"]["tool_calls"] == [
+        {"id": "call_A", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}]
+
+
+def test_a_search_only_round_finished_at_max_loops_ends_normally() -> None:
+    final = check_stitched([ROUND_SEARCH], per_byte, "call_S1")
+    assert final["choices"][0]["finish_reason"] == "stop"
+    assert "tool_calls" not in final["choices"][0]["message"]
+
+
+def test_later_rounds_keep_round_ones_identity_and_role() -> None:
+    out, _ = run([ROUND_SEARCH, ROUND_ANSWER])
+    chunks = check_grammar(out)
+    assert {(c["id"], c["created"]) for c in chunks} == {("chatcmpl-1", 1763800000)}
+    assert sum("role" in c["choices"][0]["delta"] for c in chunks if c["choices"]) == 1
+    assert b"chatcmpl-2" not in out and b"1763800009" not in out
+    assert {c.id for c in sdk_chunks(out)} == {"chatcmpl-1"}
+
+
+def test_side_chunks_and_padding_pass_as_they_are() -> None:
+    side = b'data: {"id":"","object":"","created":0,"model":"","choices":[],"prompt_filter_results":[]}\n\n'
+    filt = (b'data: {"id":"","object":"","created":0,"model":"","choices":[{"index":0,"finish_reason":null,'
+            b'"content_filter_results":{"hate":{"filtered":false}}}]}\n\n')
+    second = side + ROUND_ANSWER.replace(b"data: [DONE]", filt.rstrip() + b"\n\ndata: [DONE]")
+    out, _ = run([side + b": keep-alive\n\n" + ROUND_SEARCH, second], randomly(1))
+    assert out.count(side) == 2 and filt in out
+    assert decoded(out) == expected([ROUND_SEARCH, ROUND_ANSWER])
+    # chat.completions.stream skips side chunks (object ""); a bare ChatCompletionStreamState would not
+    assert sdk_view(sdk_stream_final(out)) == strip_nones(expected([ROUND_SEARCH, ROUND_ANSWER]))
+    padded = fixture("openai_chat_tools_usage.sse").replace(b'"name":"get_weather"', f'"name":"{P}"'.encode(), 1)
+    out, _ = run([padded, ROUND_ANSWER])
+    pads = [c.get("obfuscation") for c in payloads(out) if isinstance(c, dict)]
+    assert pads[:4] == ["q9kWf", "V", "8Hc", "Zq1"]  # kept, on re-serialized chunks too ("Zq1": renumbered)
+
+
+def test_several_choices_are_renumbered_each_on_its_own() -> None:
+    """n=2: each choice's visible calls count from 0; the phantom's are dropped in both."""
+    both = (
+        chunk_event(choice({"role": "assistant", "content": ""}), choice({"role": "assistant", "content": ""}, index=1))
+        + chunk_event(choice({"tool_calls": [head(0, "call_S1", P, "{}")]}),
+                      choice({"tool_calls": [head(0, "call_B0", "get_time", "{}")]}, index=1))
+        + chunk_event(choice({"tool_calls": [head(1, "call_A1", "get_weather", "{}")]}),
+                      choice({"tool_calls": [head(1, "call_S2", P, "{}")]}, index=1))
+        + chunk_event(choice({"tool_calls": [head(2, "call_A2", "get_weather", "{}")]}),
+                      choice({"tool_calls": [head(2, "call_B2", "get_time", "{}")]}, index=1))
+        + chunk_event(choice({}, "tool_calls"), choice({}, "tool_calls", index=1)) + DONE
+    )
+    out, _ = run([both], randomly(4))
+    check_hidden(out, "call_S1", "call_S2")
+    final = sdk_view(sdk_stream_final(out))
+    assert [[tc["id"] for tc in c["message"]["tool_calls"]] for c in final["choices"]] == [
+        ["call_A1", "call_A2"], ["call_B0", "call_B2"]]
+    heads = [(ch["index"], tc["index"]) for c in payloads(out)[:-1] for ch in c["choices"]
+             for tc in ch["delta"].get("tool_calls", [])]
+    assert heads == [(1, 0), (0, 0), (0, 1), (1, 1)]
+    assert decoded(out)["choices"] == A.strip(decoded(both), [P])["choices"]
+
+
+def test_reasoning_content_survives() -> None:
+    """Compatible servers (DeepSeek, vLLM) stream ``reasoning_content``: it goes out live, so
+    the client's text is both rounds' (merge keeps the last round's)."""
+    first = upstream(None, call(P, "call_S1"), cid="chatcmpl-1", usage=usage_of(1, 1), reasoning_content="Need a tool.")
+    second = upstream("Sunny.", cid="chatcmpl-2", usage=usage_of(2, 2), reasoning_content="Got it.")
+    out, _ = run([first, second], randomly(2))
+    check_grammar(out)
+    want = expected([first, second])
+    want["choices"][0]["message"]["reasoning_content"] = "Need a tool.Got it."
+    assert decoded(out) == want
+
+
+def test_content_in_a_closing_chunk_is_not_lost() -> None:
+    """Some servers send the last content with the finish_reason. Without a search it stays in
+    the chunk as it came; when the loop goes on it goes out, unfinished, with the next bytes."""
+    first = (chunk_event(choice({"role": "assistant", "content": "Let me "}))
+             + chunk_event(choice({"tool_calls": [head(0, "call_S1", P, "{}")]}))
+             + chunk_event(choice({"content": "check.", "role": "assistant"}, "tool_calls")) + DONE)
+    out, _ = run([first], per_byte)
+    assert decoded(out)["choices"][0]["message"]["content"] == "Let me check."
+    out, _ = run([first, ROUND_ANSWER], per_byte)
+    check_grammar(out)
+    check_hidden(out, "call_S1")
+    want = expected([first, ROUND_ANSWER])
+    want["id"], want["created"] = "chatcmpl-h", 7
+    assert decoded(out) == want
+    assert want["choices"][0]["message"]["content"] == "Let me check.\n\nIt is 21 °C in Zürich — sunny."
+    assert sdk_view(openai_chat_final(out)) == strip_nones(want)
+
+
+def test_an_unterminated_last_event_still_ends_cleanly() -> None:
+    out, (end,) = run([ROUND_ANSWER.rstrip(b"\n")])
+    assert end.complete and decoded(out) == decoded(ROUND_ANSWER)
+    cut = b"\n\n".join(ROUND_ANSWER.split(b"\n\n")[:2])  # the content chunk left open, no [DONE]
+    out, (end,) = run([cut], per_byte)
+    assert not end.complete
+    *chunks, error, done = payloads(out)
+    assert chunks[-1]["choices"][0]["delta"] == {"content": "It is 21 °C in Zürich — sunny."}
+    assert error["error"]["message"] == "upstream stream ended early" and done == "[DONE]"
+
+
+# -- errors --------------------------------------------------------------------------------
+@pytest.mark.parametrize("chunker", CHUNKERS[:4])
+def test_error_event_in_round_two_is_passed_on_at_once(chunker: Chunker) -> None:
+    second = b"\n\n".join(ROUND_ANSWER.split(b"\n\n")[:2]) + b"\n\n" + ERROR + DONE
+    out, ends = run([ROUND_SEARCH, second], chunker)
+    assert ends[-1].error == json.loads(ERROR[6:]) and ends[-1].message is None
+    assert out.endswith(ERROR + DONE) and out.count(DONE) == 1
+    check_hidden(out, "call_S1")
+    chunks = payloads(out)
+    assert chunks[-3]["choices"][0]["delta"] == {"content": "\n\nIt is 21 °C in Zürich — sunny."}  # went live
+    with pytest.raises(openai.APIError, match="The server had an error") as raised:
+        sdk_chunks(out)
+    assert raised.value.type == "server_error"
+
+
+def test_an_error_event_goes_out_with_the_feed_that_brought_it() -> None:
+    stitcher = A.stitcher(P, "{}")
+    assert stitcher.feed(ROUND_SEARCH.split(b"data: [DONE]")[0]).count(b"data: ") == 2
+    assert stitcher.feed(ERROR) == ERROR + DONE
+    assert stitcher.feed(DONE) == b"" and stitcher.end_round().error
+    assert stitcher.finish() == b"" and stitcher.fail(Failure(500)) == b""
+
+
+RATE_LIMIT = json.dumps({"error": {"message": "Rate limit reached for gpt-4.1. Please try again in 1.5s.",
+                                   "type": "requests", "param": None, "code": "rate_limit_exceeded"}}).encode()
+OVERLOADED = json.dumps({"error": {"message": "The server is overloaded.", "type": "server_error",
+                                   "param": None, "code": None}}).encode()
+
+
+@pytest.mark.parametrize(("status", "body", "error"), [
+    (429, RATE_LIMIT, json.loads(RATE_LIMIT)["error"]),
+    (429, b"", {"message": "upstream answered HTTP 429", "type": "rate_limit_exceeded", "param": None,
+                "code": "rate_limit_exceeded"}),
+    (529, b"", {"message": "upstream answered HTTP 529", "type": "server_error", "param": None,
+                "code": "server_error"}),
+    (500, b"<html>Bad gateway</html>", {"message": "upstream answered HTTP 500", "type": "server_error",
+                                        "param": None, "code": "server_error"}),
+    (503, OVERLOADED, json.loads(OVERLOADED)["error"]),
+    (400, b"", {"message": "upstream answered HTTP 400", "type": "invalid_request_error", "param": None,
+                "code": "invalid_request_error"}),
+])
+@pytest.mark.parametrize("chunker", [whole, randomly(3)])
+def test_fail_after_round_one(status: int, body: bytes, error: dict[str, Any], chunker: Chunker) -> None:
+    out, _ = run([ROUND_SEARCH], chunker, failure=Failure(status, body))
+    *chunks, last, done = payloads(out)
+    assert last == {"error": error} and done == "[DONE]"
+    assert [c["choices"][0]["delta"] for c in chunks] == [
+        {"role": "assistant", "content": "", "refusal": None}, {"content": "Let me look for a weather tool."}]
+    check_hidden(out, "call_S1")
+    with pytest.raises(openai.APIError) as raised:
+        sdk_chunks(out)
+    assert raised.value.message == error["message"] and raised.value.code == error["code"]
+    decoder = A.decoder()
+    decoder.feed(out)
+    assert decoder.error == {"error": error}  # our decoder sees the upstream-style error too
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:4])
+def test_truncated_round_fails_with_502(chunker: Chunker) -> None:
+    second = ROUND_ANSWER.split(b'"finish_reason":"stop"')[0].rsplit(b"data: ", 1)[0]
+    out, ends = run([ROUND_SEARCH, second], chunker)
+    assert not ends[-1].complete and ends[-1].message == decoded(second)
+    *_, last, done = payloads(out)
+    assert last["error"]["message"] == "upstream stream ended early" and done == "[DONE]"
+    check_hidden(out, "call_S1")
+    with pytest.raises(openai.APIError, match="upstream stream ended early"):
+        sdk_chunks(out)
+
+
+def test_finish_after_an_incomplete_round_is_never_an_empty_success() -> None:
+    stitcher = A.stitcher(P, "{}")
+    assert stitcher.feed(b"") == b""
+    assert stitcher.end_round() == RoundEnd(None, False, None)
+    out = stitcher.finish()
+    assert payloads(out) == [{"error": {"message": "upstream stream ended early", "type": "server_error",
+                                        "param": None, "code": "server_error"}}, "[DONE]"]
+    with pytest.raises(openai.APIError, match="upstream stream ended early"):
+        sdk_chunks(out)

@@ -1,0 +1,421 @@
+"""Responses stitcher: the rounds of a phantom loop as one live client stream.
+
+Driven the way the runner drives it, with upstream rounds cut anywhere. Oracles: our own
+decoder (the stitched stream decodes to ``merge`` of the stripped rounds, with round 1's id
+and the client's echoed tools), the openai SDK's stream parser (``responses.stream`` /
+``responses.create(stream=True)`` through a mock transport), and the grammar itself
+(sequence numbers, consecutive output indexes, every item's events under one index).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+from test_adapters_responses import call, message, reasoning, response, usage_of
+from test_streams_support import fixture, openai_responses_final, strip_nones
+from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
+from tooldisco.stitch import Failure, RoundEnd
+from tooldisco.streams.openai_responses import encode
+from tooldisco.streams.sse import SSEDecoder, encode_event
+
+from tests.fakeprovider.model import Conversation, Reply, ToolCall, Usage
+from tests.fakeprovider.providers.openai_responses import OpenAIResponses
+
+R = OpenAIResponsesAdapter()
+P = "gateway_search_tools"
+SDK_ADDED = frozenset({"parsed", "parsed_arguments"})
+SHELL = {"type": "function", "name": "shell", "description": "Runs a shell command.", "strict": False,
+         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}
+PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files."}
+Chunker = Callable[[bytes], list[bytes]]
+
+
+def client_body(**over: Any) -> str:
+    body = {"model": "gpt-5-codex", "input": "post the report", "stream": True, "store": False,
+            "tools": [SHELL, PATCH], "tool_choice": "auto", **over}
+    return json.dumps({k: v for k, v in body.items() if v is not None}, indent=1)
+
+
+BODY = client_body()
+ECHO = {"tools": [SHELL, PATCH], "tool_choice": "auto"}
+
+
+# -- chunkers ------------------------------------------------------------------------------
+def whole(data: bytes) -> list[bytes]:
+    return [data]
+
+
+def per_byte(data: bytes) -> list[bytes]:
+    return [data[i : i + 1] for i in range(len(data))]
+
+
+def randomly(seed: int) -> Chunker:
+    def cut(data: bytes) -> list[bytes]:
+        rng = random.Random(seed * 7919 + len(data))
+        pieces, pos = [], 0
+        while pos < len(data):
+            step = rng.randint(1, rng.choice([3, 17, 200]))
+            pieces.append(data[pos : pos + step])
+            pos += step
+        return pieces
+
+    return cut
+
+
+CHUNKERS = [whole, per_byte, *(randomly(seed) for seed in range(6))]
+
+
+# -- the runner, as the relay drives a stitcher ----------------------------------------------
+def run(rounds: list[bytes], chunker: Chunker = whole, body: str = BODY,
+        failure: Failure | None = None) -> tuple[bytes, list[RoundEnd]]:
+    """Feed each round, then next_round (more rounds follow), finish, or the failure."""
+    stitcher = R.stitcher(P, body)
+    out, ends = bytearray(), []
+    for k, data in enumerate(rounds):
+        for chunk in chunker(data):
+            out += stitcher.feed(chunk)
+        end = stitcher.end_round()
+        ends.append(end)
+        if end.error:
+            return bytes(out), ends
+        if not end.complete:
+            return bytes(out + stitcher.fail(Failure(502, message="upstream stream ended early"))), ends
+        if k + 1 < len(rounds) or failure is not None:
+            stitcher.next_round()
+    return bytes(out + (stitcher.fail(failure) if failure is not None else stitcher.finish())), ends
+
+
+def decoded(data: bytes) -> dict[str, Any]:
+    decoder = R.decoder()
+    decoder.feed(data)
+    decoder.feed(b"")
+    return decoder.message()
+
+
+def expected(rounds: list[bytes], body: str = BODY) -> dict[str, Any]:
+    """Oracle 1: merge of the stripped rounds, with the two documented differences: round 1's
+    id (what response.created carried) and the client's own echoed tools / tool_choice."""
+    messages = [decoded(r) for r in rounds]
+    merged = R.merge([R.strip(m, [P]) for m in messages])
+    merged["id"] = messages[0]["id"]
+    return json.loads(R.restore_echo(json.dumps(merged), body))
+
+
+def events(data: bytes) -> list[tuple[str | None, dict[str, Any]]]:
+    decoder = SSEDecoder()
+    return [(e.event, json.loads(e.data)) for e in decoder.feed(data) + decoder.feed(b"")]
+
+
+def check_grammar(data: bytes, echo: dict[str, Any] = ECHO) -> list[dict[str, Any]]:
+    """The client stream's own rules; returns its payloads."""
+    payloads = []
+    for name, payload in events(data):
+        assert name == payload["type"]
+        payloads.append(payload)
+    assert [p["sequence_number"] for p in payloads] == list(range(len(payloads)))
+    assert [p["type"] for p in payloads].count("response.created") == 1
+    assert payloads[0]["type"] == "response.created"
+    added = [p["output_index"] for p in payloads if p["type"] == "response.output_item.added"]
+    assert added == list(range(len(added)))
+    items: dict[int, str] = {}
+    for p in payloads:
+        if "response" in p:
+            assert {k: p["response"][k] for k in echo} == echo  # never the forwarded list
+        if p["type"] == "response.output_item.added":
+            items[p["output_index"]] = p["item"]["id"]
+        elif "output_index" in p:  # every item event sits under its item's index
+            assert items[p["output_index"]] == p.get("item_id", p.get("item", {}).get("id"))
+    final = payloads[-1]
+    if final["type"] == "response.completed":
+        done = [p["item"] for p in payloads if p["type"] == "response.output_item.done"]
+        assert final["response"]["output"] == done  # the final output is what streamed
+    return payloads
+
+
+def check_hidden(data: bytes, *call_ids: str) -> None:
+    assert P.encode() not in data
+    for cid in call_ids:
+        assert cid.encode() not in data
+
+
+def sdk_events(data: bytes) -> list[Any]:
+    """What ``responses.create(stream=True)`` yields for ``data`` (raises what it raises)."""
+    client = openai.OpenAI(api_key="test", http_client=httpx2.Client(transport=httpx2.MockTransport(
+        lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=data))))
+    return list(client.responses.create(model="m", input="hi", stream=True))
+
+
+# -- upstream rounds ---------------------------------------------------------------------
+def upstream(*output: dict[str, Any], rid: str, usage: dict[str, Any] | None = None, **over: Any) -> bytes:
+    return encode(response(*output, rid=rid, usage=usage, **over))
+
+
+ROUND_SEARCH = upstream(reasoning("rs_1"), call(P, "call_S1"), rid="resp_1")
+ROUND_ANSWER = upstream(reasoning("rs_2"), message("Posted the report.", "msg_2"), rid="resp_2",
+                        previous_response_id="resp_1", usage=usage_of(1200, 1000, 20, 5))
+
+
+def error_event(sequence: int) -> bytes:
+    error = {"type": "server_error", "code": "server_error", "message": "The server had an error", "param": None}
+    return encode_event(json.dumps({"type": "error", "sequence_number": sequence, "error": error}), "error")
+
+
+def fake_provider_round(text: str, calls: list[ToolCall], rid_usage: int) -> bytes:
+    """A round as the fake provider streams it (word-split text, arguments cut anywhere)."""
+    conv = Conversation(api="openai-responses", model="gpt-5-codex", stream=True, tools=["shell", P], calls=[],
+                        results=[], last_user_text="hi", body={"model": "gpt-5-codex", "stream": True,
+                                                              "tools": [SHELL, {"type": "function", "name": P}]})
+    rendered = OpenAIResponses().render(Reply(text, calls, Usage(rid_usage, 10 + rid_usage)), conv)
+    return b"".join(rendered.events)
+
+
+# -- no search: the stream passes as it came ------------------------------------------------
+@pytest.mark.parametrize("chunker", CHUNKERS)
+def test_no_search_is_byte_identical(chunker: Chunker) -> None:
+    """The fixture echoes the client's own tools: nothing to change, every byte as it came."""
+    data = fixture("openai_responses_reasoning_tool.sse")
+    original = decoded(data)
+    body = client_body(tools=original["tools"], tool_choice=original["tool_choice"])
+    out, (end,) = run([data], chunker, body)
+    assert out == data
+    assert end == RoundEnd(original, True, None)
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:4])
+def test_no_search_changes_only_the_echoed_fields(chunker: Chunker) -> None:
+    data = upstream(reasoning(), message("Hello — «done»."), call("shell", "call_R", '{"command":"ls"}'),
+                    rid="resp_1")
+    out, _ = run([data], chunker)
+    ours, theirs = events(out), events(data)
+    assert len(ours) == len(theirs)
+    raw_ours, raw_theirs = out.split(b"\n\n"), data.split(b"\n\n")
+    for (name, mine), (_, upstream_payload), a, b in zip(ours, theirs, raw_ours, raw_theirs):
+        if "response" in upstream_payload:  # created, in_progress, completed: the echo restored
+            assert mine == {**upstream_payload, "response": {**upstream_payload["response"], **ECHO}}
+        else:
+            assert a == b, name
+    assert strip_nones(openai_responses_final(out, chunk=29), SDK_ADDED) == strip_nones(expected([data]))
+
+
+def test_each_visible_event_leaves_with_the_feed_that_completed_it() -> None:
+    """Live: fed one upstream event at a time, a visible event comes out of that very feed;
+    only the phantom call, the reasoning that awaits its next item and the terminal wait."""
+    data = upstream(message("Let me look.", "msg_1"), reasoning("rs_1"), call(P, "call_S1"),
+                    message("Searching.", "msg_2"), rid="resp_1")
+    stitcher = R.stitcher(P, BODY)
+    chunks = [e + b"\n\n" for e in data.split(b"\n\n") if e]
+    client = bytearray()
+    for chunk, (_, payload) in zip(chunks, events(data)):
+        out = stitcher.feed(chunk)
+        client += out
+        got = [p for _, p in events(out)]
+        item = payload.get("item") or {}
+        if payload["type"] == "response.completed" or payload.get("item_id") == "fc_call_S1" \
+                or item.get("id") == "fc_call_S1":
+            assert out == b""
+        elif payload.get("item_id") == "rs_1" or item.get("id") == "rs_1":
+            assert out == b""  # held: is it followed by a visible item?
+        elif payload["type"] == "response.output_item.added" and item.get("id") == "msg_2":
+            # the message shows the reasoning led to something visible: it goes first
+            assert [p.get("item_id", p.get("item", {}).get("id")) for p in got][-1] == "msg_2"
+            assert {p.get("item_id", p.get("item", {}).get("id")) for p in got[:-1]} == {"rs_1"}
+        else:
+            assert [p["type"] for p in got] == [payload["type"]]
+            assert {k: v for k, v in got[0].items() if k not in ("sequence_number", "output_index", "response")} == \
+                   {k: v for k, v in payload.items() if k not in ("sequence_number", "output_index", "response")}
+    assert stitcher.end_round().complete
+    final = check_grammar(bytes(client + stitcher.finish()))
+    assert [i["id"] for i in final[-1]["response"]["output"]] == ["msg_1", "rs_1", "msg_2"]
+
+
+# -- stitched rounds -------------------------------------------------------------------------
+def check_stitched(rounds: list[bytes], chunker: Chunker, *hidden_ids: str, body: str = BODY,
+                   echo: dict[str, Any] = ECHO) -> dict[str, Any]:
+    out, ends = run(rounds, chunker, body)
+    assert [e.message for e in ends] == [decoded(r) for r in rounds]  # what the loop decides on
+    assert all(e.complete and e.error is None for e in ends)
+    check_grammar(out, echo)
+    check_hidden(out, *hidden_ids)
+    want = expected(rounds, body)
+    assert decoded(out) == want  # oracle 1
+    final = openai_responses_final(out, chunk=23)  # oracle 2
+    assert strip_nones(final, SDK_ADDED) == strip_nones(want)
+    return final
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS)
+def test_one_search(chunker: Chunker) -> None:
+    final = check_stitched([ROUND_SEARCH, ROUND_ANSWER], chunker, "call_S1")
+    assert [i["id"] for i in final["output"]] == ["rs_2", "msg_2"]  # rs_1 led only to the search: gone
+    assert final["id"] == "resp_1" and final["previous_response_id"] is None
+    assert final["usage"] == usage_of(2200, 1800, 70, 35)
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:5])
+def test_two_searches_with_text_and_kept_reasoning(chunker: Chunker) -> None:
+    first = upstream(reasoning("rs_1"), call(P, "call_S1"), message("Looking further.", "msg_1"), rid="resp_1")
+    second = upstream(call(P, "call_S2", '{"query":"slack"}'), reasoning("rs_2"), rid="resp_2",
+                      usage=usage_of(1100, 900, 10, 10))  # a reasoning item at the very end stays
+    third = upstream(reasoning("rs_3"), call("mcp__slack__post", "call_P", '{"text":"hi"}'), rid="resp_3",
+                     usage=usage_of(1300, 1200, 30, 20))
+    final = check_stitched([first, second, third], chunker, "call_S1", "call_S2")
+    assert [i["id"] for i in final["output"]] == ["rs_1", "msg_1", "rs_2", "rs_3", "fc_call_P"]
+    assert final["usage"]["total_tokens"] == 1050 + 1110 + 1330
+    assert final["usage"]["output_tokens_details"] == {"reasoning_tokens": 60}
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:4])
+def test_fake_provider_rounds(chunker: Chunker) -> None:
+    first = fake_provider_round("I will search for a tool.", [ToolCall("call_F1", P, {"query": "report"})], 100)
+    second = fake_provider_round("", [ToolCall("call_F2", P, {"query": "post"})], 200)
+    third = fake_provider_round("Done: the report is posted.", [ToolCall("call_F3", "shell", {"command": "ls"})], 300)
+    final = check_stitched([first, second, third], chunker, "call_F1", "call_F2", body=client_body(tools=[SHELL]),
+                           echo={"tools": [SHELL], "tool_choice": "auto"})
+    assert [i["type"] for i in final["output"]] == ["message", "message", "function_call"]
+    assert final["usage"]["input_tokens"] == 600
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:5])
+def test_mixed_round_streams_the_real_calls(chunker: Chunker) -> None:
+    mixed = upstream(reasoning("rs_1"), call(P, "call_S1"), call("shell", "call_R", '{"command":"ls"}'),
+                     reasoning("rs_2"), call(P, "call_S2"), message("Running ls.", "msg_1"), rid="resp_1")
+    final = check_stitched([mixed], chunker, "call_S1", "call_S2")
+    assert [i["id"] for i in final["output"]] == ["rs_1", "fc_call_R", "rs_2", "msg_1"]
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:4])
+def test_reasoning_steps_decide_what_stays(chunker: Chunker) -> None:
+    """rs_a's step is empty (another reasoning item follows): kept. rs_b led to the search only:
+    dropped. rs_c led to the search and a message: kept, before the message."""
+    steps = upstream(reasoning("rs_a"), reasoning("rs_b"), call(P, "call_S1"), reasoning("rs_c"),
+                     call(P, "call_S2"), message("Searching twice.", "msg_1"), rid="resp_1")
+    final = check_stitched([steps, ROUND_ANSWER], chunker, "call_S1", "call_S2", "rs_b")
+    assert [i["id"] for i in final["output"]] == ["rs_a", "rs_c", "msg_1", "rs_2", "msg_2"]
+
+
+def test_an_incomplete_last_round_ends_the_stream_as_incomplete() -> None:
+    last = upstream(message("Cut short", "msg_2"), rid="resp_2", status="incomplete",
+                    incomplete_details={"reason": "max_output_tokens"})
+    out, _ = run([ROUND_SEARCH, last], per_byte)
+    payloads = check_grammar(out)
+    assert payloads[-1]["type"] == "response.incomplete" and payloads[-1]["response"]["status"] == "incomplete"
+    assert decoded(out) == expected([ROUND_SEARCH, last])
+    assert sdk_events(out)[-1].response.incomplete_details.reason == "max_output_tokens"
+
+
+def test_a_search_only_round_finished_at_max_loops_ends_normally() -> None:
+    final = check_stitched([ROUND_SEARCH], whole, "call_S1")
+    assert final["output"] == [] and final["status"] == "completed"
+
+
+@pytest.mark.parametrize(("sent", "echo"), [
+    (client_body(tools=None, tool_choice=None), {"tools": [], "tool_choice": "auto"}),  # what the API echoes
+    (client_body(tool_choice={"type": "function", "name": "shell"}),
+     {"tools": [SHELL, PATCH], "tool_choice": {"type": "function", "name": "shell"}}),
+])
+def test_every_response_object_echoes_the_clients_request(sent: str, echo: dict[str, Any]) -> None:
+    check_stitched([ROUND_SEARCH, ROUND_ANSWER], whole, "call_S1", body=sent, echo=echo)
+
+
+# -- errors --------------------------------------------------------------------------------
+@pytest.mark.parametrize("chunker", CHUNKERS[:4])
+def test_error_event_in_round_two_is_passed_on_at_once(chunker: Chunker) -> None:
+    head = ROUND_ANSWER.split(b"event: response.output_text.done")[0]
+    second = head + error_event(7)
+    out, ends = run([ROUND_SEARCH, second], chunker)
+    assert ends[-1].error == json.loads(error_event(7).split(b"data: ")[1])
+    assert ends[-1].message is None and not ends[-1].complete
+    payloads = check_grammar(out)
+    assert payloads[-1] == {**ends[-1].error, "sequence_number": len(payloads) - 1}  # the count, nothing else
+    assert [p["type"] for p in payloads].count("response.output_text.delta") == 1  # round 2's text went live
+    check_hidden(out, "call_S1")
+    with pytest.raises(openai.APIError, match="The server had an error"):
+        sdk_events(out)
+
+
+def test_a_stitcher_that_ended_says_nothing_more() -> None:
+    stitcher = R.stitcher(P, BODY)
+    out = stitcher.feed(ROUND_SEARCH.split(b"event: response.output_item.added")[0] + error_event(2))
+    assert stitcher.feed(ROUND_ANSWER) == b"" and stitcher.end_round().error
+    assert stitcher.finish() == b"" and stitcher.fail(Failure(500)) == b""
+    assert [p["type"] for p in check_grammar(out)][-1] == "error"
+
+
+RATE_LIMIT = json.dumps({"error": {"message": "Rate limit reached for gpt-5. Please try again in 1.5s.",
+                                   "type": "requests", "param": None, "code": "rate_limit_exceeded"}}).encode()
+OVERLOADED = json.dumps({"error": {"message": "The server is overloaded.", "type": "server_error",
+                                   "param": None, "code": None}}).encode()
+
+
+@pytest.mark.parametrize(("status", "body", "code", "kind", "text"), [
+    (429, RATE_LIMIT, "rate_limit_exceeded", "requests", "Rate limit reached for gpt-5. Please try again in 1.5s."),
+    (429, b"", "rate_limit_exceeded", "rate_limit_exceeded", "upstream answered HTTP 429"),
+    (529, b"", "server_error", "server_error", "upstream answered HTTP 529"),
+    (500, b"<html>Bad gateway</html>", "server_error", "server_error", "upstream answered HTTP 500"),
+    (503, OVERLOADED, "server_error", "server_error", "The server is overloaded."),
+    (400, b"", "invalid_request_error", "invalid_request_error", "upstream answered HTTP 400"),
+])
+@pytest.mark.parametrize("chunker", [whole, randomly(3)])
+def test_fail_after_round_one(status: int, body: bytes, code: str, kind: str, text: str, chunker: Chunker) -> None:
+    visible = upstream(message("Searching.", "msg_1"), call(P, "call_S1"), rid="resp_1")
+    out, _ = run([visible], chunker, failure=Failure(status, body))
+    payloads = check_grammar(out)
+    error, failed = payloads[-2:]
+    assert error == {"type": "error", "sequence_number": len(payloads) - 2, "code": code, "message": text,
+                     "param": None, "error": {"type": kind, "code": code, "message": text, "param": None}}
+    assert failed["type"] == "response.failed"
+    response_failed = failed["response"]
+    assert response_failed["status"] == "failed" and response_failed["error"] == {"code": code, "message": text}
+    assert response_failed["id"] == "resp_1" and [i["id"] for i in response_failed["output"]] == ["msg_1"]
+    check_hidden(out, "call_S1")
+    with pytest.raises(openai.APIError) as raised:
+        sdk_events(out)
+    assert raised.value.message == text and raised.value.code == code
+    decoder = R.decoder()
+    decoder.feed(out)
+    assert decoder.error == error  # our decoder sees the upstream-style error too
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:4])
+def test_truncated_round_fails_with_502(chunker: Chunker) -> None:
+    second = ROUND_ANSWER.split(b"event: response.content_part.done")[0]
+    out, ends = run([ROUND_SEARCH, second], chunker)
+    assert not ends[-1].complete and ends[-1].message == decoded(second)
+    payloads = check_grammar(out)
+    assert [p["type"] for p in payloads[-2:]] == ["error", "response.failed"]
+    output = payloads[-1]["response"]["output"]
+    assert [(i["id"], i.get("status")) for i in output] == [("rs_2", None), ("msg_2", "in_progress")]
+    assert payloads[-1]["response"]["usage"] == usage_of(1000, 800, 50, 30)  # round 1's: round 2 never ended
+    with pytest.raises(openai.APIError, match="upstream stream ended early"):
+        sdk_events(out)
+
+
+def test_failure_before_any_byte_still_opens_the_stream() -> None:
+    out, (end,) = run([b""])
+    assert end == RoundEnd(None, False, None)
+    payloads = check_grammar(out)
+    assert [p["type"] for p in payloads] == ["response.created", "error", "response.failed"]
+    assert payloads[0]["response"]["id"] == payloads[2]["response"]["id"]
+    assert payloads[0]["response"]["model"] == "gpt-5-codex"
+    with pytest.raises(openai.APIError, match="upstream stream ended early"):
+        sdk_events(out)
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS[:4])
+def test_upstream_response_failed_is_stitched_and_reported(chunker: Chunker) -> None:
+    error = {"code": "server_error", "message": "The model failed."}
+    second = upstream(message("Partial.", "msg_2"), rid="resp_2", status="failed", error=error,
+                      usage=usage_of(10, 0, 1, 0))
+    out, ends = run([ROUND_SEARCH, second], chunker)
+    assert ends[-1].error["type"] == "response.failed" and ends[-1].complete
+    payloads = check_grammar(out)
+    final = payloads[-1]["response"]
+    assert payloads[-1]["type"] == "response.failed" and final["error"] == error
+    assert decoded(out) == expected([ROUND_SEARCH, second])
+    assert final["usage"]["input_tokens"] == 1010
