@@ -101,11 +101,14 @@ class Usage:
 
 @dataclass
 class Reply:
-    """What the scripted model answers: optional text, then zero or more tool calls."""
+    """What the scripted model answers: optional thinking, optional text, then zero or more
+    tool calls. ``thinking`` reaches the wire only where the request asks for it (each
+    provider decides), signed so that a replay can be checked."""
 
     text: str
     calls: list[ToolCall]
     usage: Usage
+    thinking: str = ""
 
     @property
     def stop_for_tools(self) -> bool:
@@ -114,6 +117,7 @@ class Reply:
     def to_dict(self) -> dict[str, Any]:
         return {
             "text": self.text,
+            "thinking": self.thinking,
             "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.calls],
             "usage": self.usage.__dict__.copy(),
         }

@@ -20,6 +20,10 @@ The same rules as JSON (for ``POST /_script``)::
         {"error": {"status": 500}, "nth": 1}
     ], "default": {"text": "Hello"}}
 
+``thinking`` (text) makes the model reason first: Anthropic sends a signed ``thinking`` block
+when the request enables thinking, Gemini a ``thought`` part when it asks for thoughts,
+Responses a ``reasoning`` item with ``encrypted_content``.
+
 Conditions: ``offered``, ``not_offered``, ``no_result_for`` (default: the called tools;
 ``[]`` disables), ``has_result_for``, ``contains`` (substring of the raw body), ``nth``
 (1-based index of the API request since the last reset), ``api`` ("anthropic",
@@ -64,6 +68,7 @@ class Rule:
     # action
     text: str = ""
     calls: list[Call] = field(default_factory=list)
+    thinking: str = ""  # the model's reasoning, sent signed where the request enables it
     echo_last_result: bool = False
     error: Fail | None = None
     usage: Usage | None = None
@@ -106,7 +111,7 @@ class Rule:
             input_tokens=estimate_tokens(conv.raw_text),
             output_tokens=estimate_tokens(text + "".join(json.dumps(c.args) for c in self.calls)),
         )
-        return Reply(text=text, calls=calls, usage=usage)
+        return Reply(text=text, calls=calls, usage=usage, thinking=self.thinking)
 
     def to_dict(self) -> dict[str, Any]:
         defaults = asdict(Rule())

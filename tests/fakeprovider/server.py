@@ -61,7 +61,9 @@ class RecordedRequest:
     rule: dict[str, Any] | None = None  # the rule that produced the answer
     started_at: float = field(default_factory=time.monotonic)
     event_times: list[float] = field(default_factory=list)  # monotonic time each streamed event began to be written
-    finished_at: float | None = None  # monotonic time the last response byte was written
+    events_total: int | None = None  # how many events the stream had to write (None: not a stream)
+    client_gone: bool = False  # a write failed: the client closed the connection before the answer was written
+    finished_at: float | None = None  # monotonic time the last response byte was written (or the write failed)
     done: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -96,6 +98,8 @@ class RecordedRequest:
             "rule": self.rule,
             "started_at": self.started_at,
             "event_times": self.event_times,
+            "events_total": self.events_total,
+            "client_gone": self.client_gone,
             "finished_at": self.finished_at,
         }
 
@@ -338,7 +342,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_stream(rec, response)
             else:
                 self._send_json(rec, response)
-        except (BrokenPipeError, ConnectionResetError) as exc:
+        except ConnectionError as exc:  # broken pipe, reset, aborted: the client went away
+            rec.client_gone = True
             rec.error = rec.error or f"client disconnected: {exc!r}"
             self.close_connection = True
         except Exception:  # a bug in the fake: answer 500 and keep the trace in the record
@@ -417,6 +422,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_stream(self, rec: RecordedRequest, response: StreamResponse) -> None:
         delay = self.fake.stream_delay if response.delay is None else response.delay
+        events = list(response.events)
+        rec.events_total = len(events)
         rec.status = response.status
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
@@ -425,7 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in response.headers.items():
             self.send_header(k, v)
         self.end_headers()
-        self._write_chunks(rec, response.events, delay)
+        self._write_chunks(rec, events, delay)
 
     def _write_chunks(self, rec: RecordedRequest, events: Iterable[bytes], delay: float) -> None:
         for event in events:

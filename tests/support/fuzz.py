@@ -5,9 +5,9 @@ Why apart: valid requests and answers for each wire API, and the ways to break t
 bytes), are building blocks every property shares; the test module keeps the properties.
 Shapes follow ``shared/notes/providers.md``.
 
-Strategies are built once, at import: structural choices go through one drawn
-``Random`` (``st.randoms``, which Hypothesis still controls and shrinks), because
-building strategies inside every draw costs more than the test itself.
+Speed decides the split: Hypothesis pays per choice it records, so a valid request or
+answer is built by ``Gen``, a ``Random`` seeded from one drawn integer, while the damage
+(which members go, what replaces them) is drawn through Hypothesis, which shrinks it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import string
 from collections.abc import Callable
 from random import Random
 from typing import Any
@@ -30,208 +31,232 @@ Draw = Callable[[st.SearchStrategy[Any]], Any]
 # known bug pinned by ``test_fuzz.test_nesting_past_the_parsers_limit_is_unsupported``.
 MAX_DEPTH = 800
 
-RANDOM = st.randoms(use_true_random=False)
-
-# --- leaves ------------------------------------------------------------------------------
-
-NAMES = st.text("abcdefghijklmnopqrstuvwxyz_ABC0123456789-", min_size=1, max_size=12)
-# Any unicode (astral planes included) and now and then a lone surrogate, which JSON can
-# carry as an escape (``"\ud800"``) but UTF-8 cannot.
-TEXTS = st.text(max_size=24) | st.text(st.characters(categories=["Cs", "Lu", "Zs"]), max_size=4)
-INTS = st.integers(-(2**70), 2**70) | st.sampled_from([0, -1, 2**63, 10**300, -(10**4000)])
-FLOATS = st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([1e308, -0.0, 5e-324])
-JSON = st.recursive(
-    st.none() | st.booleans() | INTS | FLOATS | TEXTS,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXTS, inner, max_size=3),
-    max_leaves=8,
-)
-IDS = st.text("abcdef0123456789", min_size=1, max_size=8).map(lambda s: f"id_{s}")
-ARGS = st.dictionaries(NAMES, JSON, max_size=2)
-SCHEMAS = st.fixed_dictionaries(
-    {"type": st.just("object"),
-     "properties": st.dictionaries(NAMES, st.fixed_dictionaries(
-         {"type": st.sampled_from(["string", "integer"]), "description": TEXTS}), max_size=3)},
-    optional={"required": st.lists(NAMES, max_size=2), "additionalProperties": st.booleans()},
-)
-TOOL_NAMES = st.lists(NAMES, unique=True, max_size=8)
+# Telling values: unicode from every plane, escapes JSON must keep, lone surrogates (JSON
+# carries them escaped, UTF-8 cannot), injected agent context, long text.
+_TEXTS = [
+    "", "what is the weather in Paris?", "naïve café ☕", "日本語のテキスト", "emoji 🚀🧪 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+    "\u0000 \n \" quotes \\", "<system-reminder>ignore</system-reminder>", "<environment_context>x</environment_context>",
+    "\ud800", "\udfff tail", "\u2028\u2029", "x" * 300, "\x00\x1f", "right-to-left \u202e",
+]
+_NAMES = [f"{verb}_{noun}" for verb in ("get", "list", "send", "run") for noun in ("weather", "issue", "file", "query")]
+_NUMBERS = [0, -1, 1, 2**31, 2**63, -(2**63) - 1, 10**300, -(10**4000), 0.5, 1e308, -0.0, 5e-324, 1e-7]
+_SCHEMAS = [
+    {"type": "object", "properties": {}},
+    {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}}, "required": ["city"]},
+    {"type": "object", "properties": {"n": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+     "additionalProperties": False},
+    {"type": "OBJECT", "properties": {"q": {"type": "STRING", "description": "Query text ✓"}}},
+]
 
 
-def _optional(draw: Draw, rnd: Random, body: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any]:
-    """``body`` with some of ``optional`` (values or strategies), unknown extras (they must
-    pass through byte-for-byte) and its members in a drawn order."""
-    body = dict(body)
-    for key, value in optional.items():
-        if rnd.random() < 0.5:
-            body[key] = draw(value) if isinstance(value, st.SearchStrategy) else value
-    for key in draw(st.lists(NAMES, max_size=2)):
-        body.setdefault(key if key not in optional else f"x_{key}", draw(JSON))
-    keys = list(body)
-    rnd.shuffle(keys)
-    return {k: body[k] for k in keys}
+class Gen(Random):
+    """A seeded ``Random`` that makes the values requests and answers are built from."""
+
+    def maybe(self, p: float = 0.5) -> bool:
+        return self.random() < p
+
+    def text(self) -> str:
+        if self.maybe(0.7):
+            return self.choice(_TEXTS)
+        return "".join(chr(self.choice([self.randint(32, 126), self.randint(0xA0, 0xD7FF), self.randint(0xE000, 0x10FFFF)]))
+                       for _ in range(self.randint(0, 8)))
+
+    def name(self) -> str:
+        if self.maybe(0.8):
+            return self.choice([*_NAMES, "a", "ToolSearch", "x-1", "Z"])
+        return "".join(self.choice(string.ascii_letters + "_-") for _ in range(self.randint(1, 12)))
+
+    def names(self, most: int = 8) -> list[str]:
+        return list(dict.fromkeys(self.name() for _ in range(self.randint(0, most))))
+
+    def ident(self) -> str:
+        return self.choice(["id_1", "id_2", "toolu_01", "call_abc", "fc_9", f"id_{self.randrange(10**6)}"])
+
+    def ids(self) -> list[str]:
+        return list(dict.fromkeys(self.ident() for _ in range(self.randint(0, 2))))
+
+    def json(self, depth: int = 2) -> Any:
+        kind = self.randint(0, 6 if depth else 4)
+        if kind == 0:
+            return None
+        if kind == 1:
+            return self.maybe()
+        if kind == 2:
+            return self.choice([*_NUMBERS, self.randint(-(2**70), 2**70)])
+        if kind in (3, 4):
+            return self.text()
+        if kind == 5:
+            return [self.json(depth - 1) for _ in range(self.randint(0, 3))]
+        return {self.text(): self.json(depth - 1) for _ in range(self.randint(0, 3))}
+
+    def args(self) -> dict[str, Any]:
+        return {self.name(): self.json() for _ in range(self.randint(0, 2))}
+
+    def schema(self) -> dict[str, Any]:
+        if self.maybe(0.8):
+            return copy.deepcopy(self.choice(_SCHEMAS))
+        return {"type": "object", "properties": self.args()}
+
+    def optional(self, body: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with some of ``optional``, its members in a shuffled order."""
+        body = {**body, **{k: v for k, v in optional.items() if self.maybe()}}
+        keys = list(body)
+        self.shuffle(keys)
+        return {k: body[k] for k in keys}
+
+    def with_tools(self, body: dict[str, Any], key: str, tools: list[Any]) -> dict[str, Any]:
+        """``body`` with its tools; without any: an empty list, or no member at all."""
+        return {**body, key: tools} if tools or self.maybe() else body
+
+    def request(self, body: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any]:
+        """A whole request: some ``optional`` members and members no adapter knows, which
+        must pass through."""
+        extras = {f"x_{self.name()}": self.json() for _ in range(self.randint(0, 2))}
+        return self.optional({**body, **extras}, optional)
 
 
-def _with_tools(body: dict[str, Any], optional: dict[str, Any], key: str, tools: list[Any]) -> None:
-    """Tools when there are some; else now and then an empty list, or no member at all."""
-    if tools:
-        body[key] = tools
-    else:
-        optional[key] = []
+# --- requests, one builder per wire API -----------------------------------------------------
 
 
-# --- requests, one strategy per wire API ---------------------------------------------------
-
-
-@st.composite
-def anthropic_request(draw: Draw, bedrock: bool = False) -> dict[str, Any]:
-    rnd, names = draw(RANDOM), draw(TOOL_NAMES)
+def anthropic_request(g: Gen, bedrock: bool = False) -> dict[str, Any]:
+    names = g.names()
     tools: list[dict[str, Any]] = []
     for name in names:
-        if rnd.random() < 0.15:  # a server tool: it has a type, and is never deferred
-            tools.append({"type": "web_search_20250305", "name": name, "max_uses": draw(INTS)})
+        if g.maybe(0.15):  # a server tool: it has a type, and is never deferred
+            tools.append({"type": "web_search_20250305", "name": name, "max_uses": g.json(0)})
             continue
-        tool = {"name": name, "description": draw(TEXTS), "input_schema": draw(SCHEMAS)}
-        tools.append(_optional(draw, rnd, tool, {"cache_control": {"type": "ephemeral"},
-                                                 "defer_loading": rnd.random() < 0.5, "strict": True}))
-    messages: list[dict[str, Any]] = [{"role": "user", "content": draw(TEXTS)}]
-    for call_id in draw(st.lists(IDS, unique=True, max_size=2)) if names else []:
-        use = {"type": "tool_use", "id": call_id, "name": rnd.choice(names), "input": draw(ARGS)}
-        messages.append({"role": "assistant", "content": [{"type": "text", "text": draw(TEXTS)}, use]})
-        messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": call_id, "content": draw(TEXTS)},
-            {"type": "text", "text": draw(TEXTS)}]})
-    choice = rnd.choice([{"type": "auto"}, {"type": "any"}, *({"type": "tool", "name": n} for n in names)])
-    body: dict[str, Any] = {"max_tokens": rnd.randint(1, 10**6), "messages": messages}
-    optional: dict[str, Any] = {"tool_choice": choice, "system": draw(TEXTS),
-                                "metadata": {"user_id": json.dumps({"session_id": draw(IDS)})}}
-    _with_tools(body, optional, "tools", tools)
+        tool = {"name": name, "description": g.text(), "input_schema": g.schema()}
+        tools.append(g.optional(tool, {"cache_control": {"type": "ephemeral"}, "defer_loading": g.maybe(),
+                                       "strict": True}))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": g.text()}]
+    for call_id in g.ids() if names else []:
+        use = {"type": "tool_use", "id": call_id, "name": g.choice(names), "input": g.args()}
+        messages += [{"role": "assistant", "content": [{"type": "text", "text": g.text()}, use]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": g.text()},
+                                                  {"type": "text", "text": g.text()}]}]
+    choice = g.choice([{"type": "auto"}, {"type": "any"}, *({"type": "tool", "name": n} for n in names)])
+    body: dict[str, Any] = {"max_tokens": g.randint(1, 10**6), "messages": messages}
+    optional: dict[str, Any] = {"tool_choice": choice, "system": g.text(),
+                                "metadata": {"user_id": json.dumps({"session_id": g.ident()})}}
     if bedrock:
         body["anthropic_version"] = "bedrock-2023-05-31"
     else:
         body["model"] = "claude-x"
-        optional["stream"] = rnd.random() < 0.5
-    return _optional(draw, rnd, body, optional)
+        optional["stream"] = g.maybe()
+    return g.request(g.with_tools(body, "tools", tools), optional)
 
 
-@st.composite
-def openai_chat_request(draw: Draw) -> dict[str, Any]:
-    rnd, names = draw(RANDOM), draw(TOOL_NAMES)
+def openai_chat_request(g: Gen) -> dict[str, Any]:
+    names = g.names()
     tools: list[dict[str, Any]] = []
     for name in names:
-        if rnd.random() < 0.15:  # a non-function tool passes through
-            tools.append({"type": "custom", "custom": {"name": name, "description": draw(TEXTS)}})
+        if g.maybe(0.15):  # a non-function tool passes through
+            tools.append({"type": "custom", "custom": {"name": name, "description": g.text()}})
             continue
-        function = {"name": name, "description": draw(TEXTS), "parameters": draw(SCHEMAS)}
-        tools.append({"type": "function", "function": _optional(draw, rnd, function, {"strict": True})})
-    messages: list[dict[str, Any]] = [{"role": "system", "content": draw(TEXTS)},
-                                      {"role": "user", "content": draw(TEXTS)}]
-    for call_id in draw(st.lists(IDS, unique=True, max_size=2)) if names else []:
-        call = {"id": call_id, "type": "function",
-                "function": {"name": rnd.choice(names), "arguments": json.dumps(draw(JSON))}}
+        function = {"name": name, "description": g.text(), "parameters": g.schema()}
+        tools.append({"type": "function", "function": g.optional(function, {"strict": True})})
+    messages: list[dict[str, Any]] = [{"role": "system", "content": g.text()}, {"role": "user", "content": g.text()}]
+    for call_id in g.ids() if names else []:
+        call = {"id": call_id, "type": "function", "function": {"name": g.choice(names), "arguments": json.dumps(g.json())}}
         messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": call_id, "content": draw(TEXTS)},
-                     {"role": "user", "content": [{"type": "text", "text": draw(TEXTS)}]}]
-    allowed = [{"type": "function", "function": {"name": n}} for n in names if rnd.random() < 0.3]
-    choice = rnd.choice(["auto", "none", "required", *({"type": "function", "function": {"name": n}} for n in names),
-                         {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": allowed}}])
-    body: dict[str, Any] = {"model": "gpt-x", "messages": messages}
-    optional: dict[str, Any] = {"tool_choice": choice, "stream": rnd.random() < 0.5, "prompt_cache_key": draw(IDS),
+                     {"role": "tool", "tool_call_id": call_id, "content": g.text()},
+                     {"role": "user", "content": [{"type": "text", "text": g.text()}]}]
+    allowed = [{"type": "function", "function": {"name": n}} for n in names if g.maybe(0.3)]
+    choice = g.choice(["auto", "none", "required", *({"type": "function", "function": {"name": n}} for n in names),
+                       {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": allowed}}])
+    optional: dict[str, Any] = {"tool_choice": choice, "stream": g.maybe(), "prompt_cache_key": g.ident(),
                                 "stream_options": {"include_usage": True}, "parallel_tool_calls": False}
-    _with_tools(body, optional, "tools", tools)
-    return _optional(draw, rnd, body, optional)
+    return g.request(g.with_tools({"model": "gpt-x", "messages": messages}, "tools", tools), optional)
 
 
-@st.composite
-def openai_responses_request(draw: Draw) -> dict[str, Any]:
-    rnd, names = draw(RANDOM), draw(TOOL_NAMES)
+def openai_responses_request(g: Gen) -> dict[str, Any]:
+    names = g.names()
     tools: list[dict[str, Any]] = []
     for name in names:
-        function = {"type": "function", "name": name, "description": draw(TEXTS), "parameters": draw(SCHEMAS)}
-        if rnd.random() < 0.15:  # Codex sends each MCP server as a namespace: it passes through
-            tools.append({"type": "namespace", "name": name, "description": draw(TEXTS),
+        function = {"type": "function", "name": name, "description": g.text(), "parameters": g.schema()}
+        if g.maybe(0.15):  # Codex sends each MCP server as a namespace: it passes through
+            tools.append({"type": "namespace", "name": name, "description": g.text(),
                           "tools": [{**function, "name": f"{name}_inner"}]})
             continue
-        tools.append(_optional(draw, rnd, function, {"strict": True, "defer_loading": rnd.random() < 0.5}))
-    if rnd.random() < 0.5:
+        tools.append(g.optional(function, {"strict": True, "defer_loading": g.maybe()}))
+    if g.maybe():
         tools.append({"type": "web_search"})
-    items: list[Any] = [{"role": "user", "content": draw(TEXTS)},
-                        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": draw(TEXTS)}]}]
-    for call_id in draw(st.lists(IDS, unique=True, max_size=2)) if names else []:
-        items += [{"type": "function_call", "call_id": call_id, "name": rnd.choice(names),
-                   "arguments": json.dumps(draw(JSON))},
-                  {"type": "function_call_output", "call_id": call_id, "output": draw(TEXTS)}]
-    choice = rnd.choice(["auto", "required", *({"type": "function", "name": n} for n in names)])
-    body: dict[str, Any] = {"model": "gpt-x", "input": items if rnd.random() < 0.8 else draw(TEXTS)}
-    optional: dict[str, Any] = {"tool_choice": choice, "stream": rnd.random() < 0.5, "store": rnd.random() < 0.5,
-                                "previous_response_id": draw(IDS), "prompt_cache_key": draw(IDS),
-                                "instructions": draw(TEXTS)}
-    _with_tools(body, optional, "tools", tools)
-    return _optional(draw, rnd, body, optional)
+    items: list[Any] = [{"role": "user", "content": g.text()},
+                        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": g.text()}]}]
+    for call_id in g.ids() if names else []:
+        items += [{"type": "function_call", "call_id": call_id, "name": g.choice(names), "arguments": json.dumps(g.json())},
+                  {"type": "function_call_output", "call_id": call_id, "output": g.text()}]
+    choice = g.choice(["auto", "required", *({"type": "function", "name": n} for n in names)])
+    optional: dict[str, Any] = {"tool_choice": choice, "stream": g.maybe(), "store": g.maybe(),
+                                "previous_response_id": g.ident(), "prompt_cache_key": g.ident(), "instructions": g.text()}
+    body = {"model": "gpt-x", "input": items if g.maybe(0.8) else g.text()}
+    return g.request(g.with_tools(body, "tools", tools), optional)
 
 
-@st.composite
-def gemini_request(draw: Draw) -> dict[str, Any]:
-    rnd, names = draw(RANDOM), draw(TOOL_NAMES)
-    declarations = [_optional(draw, rnd, {"name": n, "description": draw(TEXTS)},
-                              {"parameters": SCHEMAS, "parametersJsonSchema": SCHEMAS}) for n in names]
+def gemini_request(g: Gen) -> dict[str, Any]:
+    names = g.names()
+    declarations = [g.optional({"name": n, "description": g.text()},
+                               {"parameters": g.schema(), "parametersJsonSchema": g.schema()}) for n in names]
     # Declarations in one entry or two (camelCase or snake_case), some beside other members,
     # among entries that are not function declarations.
-    cut = rnd.randint(0, len(declarations))
+    cut = g.randint(0, len(declarations))
     entries: list[dict[str, Any]] = []
-    for group in (g for g in (declarations[:cut], declarations[cut:]) if g):
-        entry: dict[str, Any] = {rnd.choice(["functionDeclarations", "function_declarations"]): group}
-        if rnd.random() < 0.3:
+    for group in (d for d in (declarations[:cut], declarations[cut:]) if d):
+        entry: dict[str, Any] = {g.choice(["functionDeclarations", "function_declarations"]): group}
+        if g.maybe(0.3):
             entry["googleSearch"] = {}
         entries.append(entry)
-    entries += [rnd.choice([{"codeExecution": {}}, {"urlContext": {}}]) for _ in range(rnd.randint(0, 2))]
-    rnd.shuffle(entries)
-    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": draw(TEXTS)}]}]
-    for name in [rnd.choice(names) for _ in range(rnd.randint(0, 2))] if names else []:
-        contents += [{"role": "model", "parts": [{"functionCall": {"name": name, "args": draw(ARGS)},
-                                                  "thoughtSignature": "c2ln"}]},
-                     {"role": "user", "parts": [{"functionResponse": {"name": name, "response": {"r": draw(TEXTS)}}}]}]
-    allowed = [n for n in names if rnd.random() < 0.3]
-    body: dict[str, Any] = {"contents": contents}
+    entries += [g.choice([{"codeExecution": {}}, {"urlContext": {}}]) for _ in range(g.randint(0, 2))]
+    g.shuffle(entries)
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": g.text()}]}]
+    for name in [g.choice(names) for _ in range(g.randint(0, 2))] if names else []:
+        contents += [{"role": "model", "parts": [{"functionCall": {"name": name, "args": g.args()}, "thoughtSignature": "c2ln"}]},
+                     {"role": "user", "parts": [{"functionResponse": {"name": name, "response": {"r": g.text()}}}]}]
     optional: dict[str, Any] = {
-        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": allowed}},
-        "systemInstruction": {"parts": [{"text": draw(TEXTS)}]},
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [n for n in names if g.maybe(0.3)]}},
+        "systemInstruction": {"parts": [{"text": g.text()}]},
         "generationConfig": {"temperature": 0.2},
     }
-    _with_tools(body, optional, "tools", entries)
-    return _optional(draw, rnd, body, optional)
+    return g.request(g.with_tools({"contents": contents}, "tools", entries), optional)
 
 
-@st.composite
-def converse_request(draw: Draw) -> dict[str, Any]:
-    rnd, names = draw(RANDOM), draw(TOOL_NAMES)
+def converse_request(g: Gen) -> dict[str, Any]:
+    names = g.names()
     tools: list[dict[str, Any]] = [
-        {"toolSpec": {"name": n, "description": draw(TEXTS), "inputSchema": {"json": draw(SCHEMAS)}}} for n in names
+        {"toolSpec": {"name": n, "description": g.text(), "inputSchema": {"json": g.schema()}}} for n in names
     ]
-    for _ in range(rnd.randint(0, 2)):  # cache points between tools or at the end
-        tools.insert(rnd.randint(0, len(tools)), {"cachePoint": {"type": "default"}})
-    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": draw(TEXTS)}]}]
-    for call_id in draw(st.lists(IDS, unique=True, max_size=2)) if names else []:
-        use = {"toolUseId": call_id, "name": rnd.choice(names), "input": draw(ARGS)}
-        result = {"toolUseId": call_id, "content": [{"text": draw(TEXTS)}], "status": "success"}
-        messages += [{"role": "assistant", "content": [{"toolUse": use}]},
-                     {"role": "user", "content": [{"toolResult": result}]}]
+    for _ in range(g.randint(0, 2)):  # cache points between tools or at the end
+        tools.insert(g.randint(0, len(tools)), {"cachePoint": {"type": "default"}})
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": g.text()}]}]
+    for call_id in g.ids() if names else []:
+        use = {"toolUseId": call_id, "name": g.choice(names), "input": g.args()}
+        result = {"toolUseId": call_id, "content": [{"text": g.text()}], "status": "success"}
+        messages += [{"role": "assistant", "content": [{"toolUse": use}]}, {"role": "user", "content": [{"toolResult": result}]}]
     config: dict[str, Any] = {"tools": tools}
-    if names and rnd.random() < 0.5:
-        config["toolChoice"] = rnd.choice([{"auto": {}}, {"any": {}}, {"tool": {"name": rnd.choice(names)}}])
-    body: dict[str, Any] = {"messages": messages}
-    if tools or rnd.random() < 0.5:
-        body["toolConfig"] = config
-    return _optional(draw, rnd, body, {"system": [{"text": draw(TEXTS)}], "inferenceConfig": {"maxTokens": 512}})
+    if names and g.maybe():
+        config["toolChoice"] = g.choice([{"auto": {}}, {"any": {}}, {"tool": {"name": g.choice(names)}}])
+    body = {"messages": messages, "toolConfig": config} if tools or g.maybe() else {"messages": messages}
+    return g.request(body, {"system": [{"text": g.text()}], "inferenceConfig": {"maxTokens": 512}})
 
 
+GENS = st.integers(0, 2**64).map(Gen)
 REQUESTS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
-    "anthropic": anthropic_request(),
-    "openai_chat": openai_chat_request(),
-    "openai_responses": openai_responses_request(),
-    "gemini": gemini_request(),
-    "gemini_stream": gemini_request(),
-    "bedrock_converse": converse_request(),
-    "bedrock_invoke": anthropic_request(bedrock=True),
+    "anthropic": GENS.map(anthropic_request),
+    "openai_chat": GENS.map(openai_chat_request),
+    "openai_responses": GENS.map(openai_responses_request),
+    "gemini": GENS.map(gemini_request),
+    "gemini_stream": GENS.map(gemini_request),
+    "bedrock_converse": GENS.map(converse_request),
+    "bedrock_invoke": GENS.map(lambda g: anthropic_request(g, bedrock=True)),
 }
+
+# Replacement values for the damage: drawn by Hypothesis, so a failure shrinks to a simple one.
+JSON = st.recursive(
+    st.none() | st.booleans() | st.sampled_from(_NUMBERS) | st.integers() | st.sampled_from(_TEXTS) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=5,
+)
+RANDOM = st.integers(0, 2**64).map(Random)
 
 
 # --- serializing and damaging --------------------------------------------------------------
@@ -314,7 +339,7 @@ def mutated_text(draw: Draw, text: str) -> str:
         if op == "truncate":
             text = text[:at]
         elif op == "insert":
-            text = text[:at] + rnd.choice([draw(TEXTS), '"', "{", "]", ",", "\\", ":"]) + text[at:]
+            text = text[:at] + rnd.choice([*_TEXTS, '"', "{", "]", ",", "\\", ":"]) + text[at:]
         elif op in ("delete", "repeat"):
             end = rnd.randint(at, min(len(text), at + 40))
             text = text[:end] + text[at:] if op == "repeat" else text[:at] + text[end:]
@@ -367,74 +392,77 @@ def chunked(draw: Draw, data: bytes) -> list[bytes]:
     return [data[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
-# --- answers, one strategy per stream decoder ------------------------------------------------
-
-USAGE = st.fixed_dictionaries({"input_tokens": st.integers(0, 10**6), "output_tokens": st.integers(0, 10**6)})
-
-ANTHROPIC_MESSAGES = st.fixed_dictionaries({
-    "id": IDS, "type": st.just("message"), "role": st.just("assistant"), "model": st.just("claude-x"),
-    "content": st.lists(st.one_of(
-        st.builds(lambda t: {"type": "text", "text": t}, TEXTS),
-        st.builds(lambda i, n, a: {"type": "tool_use", "id": i, "name": n, "input": a}, IDS, NAMES, ARGS),
-        st.builds(lambda t, s: {"type": "thinking", "thinking": t, "signature": s}, TEXTS, IDS),
-        st.just({"type": "redacted_thinking", "data": "abc"}),
-    ), max_size=4),
-    "stop_reason": st.sampled_from(["end_turn", "tool_use", "max_tokens"]), "stop_sequence": st.none(),
-    "usage": USAGE,
-})
+# --- answers, one builder per stream decoder --------------------------------------------------
 
 
-def _chat(calls: list[dict[str, Any]], content: str | None, usage: dict[str, Any]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+def anthropic_message(g: Gen) -> dict[str, Any]:
+    def block() -> dict[str, Any]:
+        return g.choice([
+            lambda: {"type": "text", "text": g.text()},
+            lambda: {"type": "tool_use", "id": g.ident(), "name": g.name(), "input": g.args()},
+            lambda: {"type": "thinking", "thinking": g.text(), "signature": g.ident()},
+            lambda: {"type": "redacted_thinking", "data": "abc"},
+        ])()
+
+    return {"id": g.ident(), "type": "message", "role": "assistant", "model": "claude-x",
+            "content": [block() for _ in range(g.randint(0, 4))],
+            "stop_reason": g.choice(["end_turn", "tool_use", "max_tokens"]), "stop_sequence": None,
+            "usage": {"input_tokens": g.randrange(10**6), "output_tokens": g.randrange(10**6)}}
+
+
+def chat_completion(g: Gen) -> dict[str, Any]:
+    calls = [{"id": g.ident(), "type": "function", "function": {"name": g.name(), "arguments": json.dumps(g.json())}}
+             for _ in range(g.randint(0, 3))]
+    message: dict[str, Any] = {"role": "assistant", "content": g.text() if g.maybe() else None, "refusal": None}
     if calls:
         message["tool_calls"] = calls
-    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-x", "usage": usage,
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-x",
             "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if calls else "stop"}]}
+                         "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": g.randrange(10**6), "completion_tokens": g.randrange(10**6)}}
 
 
-CHAT_COMPLETIONS = st.builds(
-    _chat,
-    st.lists(st.builds(lambda i, n, a: {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}},
-                       IDS, NAMES, JSON), max_size=3),
-    st.none() | TEXTS,
-    st.fixed_dictionaries({"prompt_tokens": st.integers(0, 10**6), "completion_tokens": st.integers(0, 10**6)}),
-)
+def responses_response(g: Gen) -> dict[str, Any]:
+    def item() -> dict[str, Any]:
+        return g.choice([
+            lambda: {"type": "message", "id": g.ident(), "status": "completed", "role": "assistant",
+                     "content": [{"type": "output_text", "text": g.text(), "annotations": []}]},
+            lambda: {"type": "function_call", "id": g.ident(), "call_id": g.ident(), "name": g.name(),
+                     "arguments": json.dumps(g.json()), "status": "completed"},
+            lambda: {"type": "reasoning", "id": g.ident(), "summary": [{"type": "summary_text", "text": g.text()}]},
+        ])()
 
-RESPONSES = st.fixed_dictionaries({
-    "id": IDS, "object": st.just("response"), "created_at": st.just(1), "status": st.just("completed"),
-    "model": st.just("gpt-x"),
-    "output": st.lists(st.one_of(
-        st.builds(lambda i, t: {"type": "message", "id": i, "status": "completed", "role": "assistant",
-                                "content": [{"type": "output_text", "text": t, "annotations": []}]}, IDS, TEXTS),
-        st.builds(lambda i, c, n, a: {"type": "function_call", "id": i, "call_id": c, "name": n,
-                                      "arguments": json.dumps(a), "status": "completed"}, IDS, IDS, NAMES, JSON),
-        st.builds(lambda i, t: {"type": "reasoning", "id": i, "summary": [{"type": "summary_text", "text": t}]},
-                  IDS, TEXTS),
-    ), max_size=4),
-    "usage": st.fixed_dictionaries({k: st.integers(0, 10**6) for k in ("input_tokens", "output_tokens", "total_tokens")}),
-})
+    return {"id": g.ident(), "object": "response", "created_at": 1, "status": "completed", "model": "gpt-x",
+            "output": [item() for _ in range(g.randint(0, 4))],
+            "usage": {"input_tokens": g.randrange(10**6), "output_tokens": g.randrange(10**6),
+                      "total_tokens": g.randrange(10**6)}}
 
-GEMINI_RESPONSES = st.builds(
-    lambda parts, usage: {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP",
-                                          "index": 0}], "usageMetadata": usage, "modelVersion": "gemini-x"},
-    st.lists(st.one_of(
-        st.builds(lambda t: {"text": t}, TEXTS),
-        st.builds(lambda t: {"text": t, "thought": True}, TEXTS),
-        st.builds(lambda n, a: {"functionCall": {"name": n, "args": a}, "thoughtSignature": "c2ln"}, NAMES, ARGS),
-    ), min_size=1, max_size=4),
-    st.fixed_dictionaries({"promptTokenCount": st.integers(0, 10**6), "candidatesTokenCount": st.integers(0, 10**6)}),
-)
 
-CONVERSE_RESPONSES = st.fixed_dictionaries({
-    "output": st.builds(lambda blocks: {"message": {"role": "assistant", "content": blocks}}, st.lists(st.one_of(
-        st.builds(lambda t: {"text": t}, TEXTS),
-        st.builds(lambda i, n, a: {"toolUse": {"toolUseId": i, "name": n, "input": a}}, IDS, NAMES, ARGS),
-    ), max_size=4)),
-    "stopReason": st.sampled_from(["end_turn", "tool_use"]),
-    "usage": st.fixed_dictionaries({k: st.integers(0, 10**6) for k in ("inputTokens", "outputTokens", "totalTokens")}),
-    "metrics": st.fixed_dictionaries({"latencyMs": st.integers(0, 10**5)}),
-})
+def gemini_response(g: Gen) -> dict[str, Any]:
+    def part() -> dict[str, Any]:
+        return g.choice([
+            lambda: {"text": g.text()},
+            lambda: {"text": g.text(), "thought": True},
+            lambda: {"functionCall": {"name": g.name(), "args": g.args()}, "thoughtSignature": "c2ln"},
+        ])()
+
+    return {"candidates": [{"content": {"role": "model", "parts": [part() for _ in range(g.randint(1, 4))]},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": g.randrange(10**6), "candidatesTokenCount": g.randrange(10**6)},
+            "modelVersion": "gemini-x"}
+
+
+def converse_response(g: Gen) -> dict[str, Any]:
+    def block() -> dict[str, Any]:
+        if g.maybe():
+            return {"text": g.text()}
+        return {"toolUse": {"toolUseId": g.ident(), "name": g.name(), "input": g.args()}}
+
+    return {"output": {"message": {"role": "assistant", "content": [block() for _ in range(g.randint(0, 4))]}},
+            "stopReason": g.choice(["end_turn", "tool_use"]),
+            "usage": {"inputTokens": g.randrange(10**6), "outputTokens": g.randrange(10**6),
+                      "totalTokens": g.randrange(10**6)},
+            "metrics": {"latencyMs": g.randrange(10**5)}}
 
 
 # --- valid framing around hostile payloads ---------------------------------------------------

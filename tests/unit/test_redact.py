@@ -117,12 +117,14 @@ def test_httpx_request_log_line_is_redacted(captured):
     httpx_logger = logging.getLogger("httpx")
     httpx_logger.addHandler(logger.handlers[0])
     old_level, httpx_logger.level = httpx_logger.level, logging.INFO
+    # Another test's logging.config may have disabled existing loggers; this one must speak.
+    old_disabled, httpx_logger.disabled = httpx_logger.disabled, False
     try:
         with httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, json={}))) as client:
             client.post(GEMINI_URL, json={})
     finally:
         httpx_logger.removeHandler(logger.handlers[0])
-        httpx_logger.level = old_level
+        httpx_logger.level, httpx_logger.disabled = old_level, old_disabled
     printed = out.getvalue()
     assert "HTTP Request: POST https://generativelanguage.googleapis.com/" in printed and "200 OK" in printed
     assert clean(printed) and f"?key={MASK}" in printed

@@ -1,9 +1,22 @@
-"""Anthropic Messages API: ``POST /v1/messages`` (any query string, e.g. ``?beta=true``)."""
+"""Anthropic Messages API: ``POST /v1/messages`` (any query string, e.g. ``?beta=true``).
+
+Extended thinking: when the request enables ``thinking`` and the scripted reply thinks, the
+answer starts with a ``thinking`` block whose ``signature`` is an HMAC of its text (so it
+survives a restart of the fake). Like the API, a request is rejected when an assistant turn
+carries a thinking block whose signature is missing or not the fake's for that text, and,
+with thinking enabled, when the final assistant turn holds calls the model made while
+thinking but no longer starts with a thinking block.
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +37,22 @@ from ..model import (
 from .base import Incoming, Provider, bad, check_tool_name, check_unique, require
 
 _ID_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
+_SIGNING_KEY = b"fakeprovider-anthropic-thinking-signature"
+_THINKING_TYPES = ("enabled", "adaptive")
+_THOUGHTFUL_LIMIT = 10_000
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
+
+
+def thinking_signature(thinking: str) -> str:
+    """The signature the fake puts on (and expects back with) a thinking block of this text."""
+    digest = hmac.new(_SIGNING_KEY, thinking.encode(), hashlib.sha256).digest()
+    return base64.b64encode(b"fk-thinking:" + digest).decode()
+
+
+def thinking_enabled(body: dict[str, Any]) -> bool:
+    """Whether the request turns extended thinking on (``{"type": "enabled" | "adaptive", ...}``)."""
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in _THINKING_TYPES
 
 
 def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
@@ -58,9 +87,25 @@ def _check_id(value: Any, where: str) -> str:
     return value
 
 
+def _check_signature(block: dict[str, Any], where: str) -> None:
+    """A thinking block must come back with the signature issued for its text."""
+    signature = block.get("signature")
+    if not isinstance(signature, str):
+        raise bad(f"{where}.thinking.signature: Field required", where)
+    thinking = block.get("thinking")
+    if not isinstance(thinking, str) or not hmac.compare_digest(signature, thinking_signature(thinking)):
+        raise bad(f"{where}: Invalid `signature` in `thinking` block", where)
+
+
 class AnthropicMessages(Provider):
     name = "anthropic"
     call_id_prefix = "toolu_"
+
+    def __init__(self) -> None:
+        # ids of tool calls the model made after thinking: the API requires the final
+        # assistant turn holding them to start with its thinking block.
+        self._thoughtful: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
 
     def match(self, method: str, path: str) -> dict[str, str] | None:
         return {} if method == "POST" and path == "/v1/messages" else None
@@ -77,6 +122,7 @@ class AnthropicMessages(Provider):
         names = self._check_tools(body)
         self._check_tool_choice(body.get("tool_choice"), names)
         calls, results, last_user = self._check_messages(messages)
+        self._check_thinking(messages, thinking_enabled(body))
         return Conversation(
             api=self.name,
             model=model,
@@ -196,6 +242,28 @@ class AnthropicMessages(Provider):
                     last_user = text
         return calls, results, last_user
 
+    def _check_thinking(self, messages: list[dict[str, Any]], enabled: bool) -> None:
+        """Signed thinking blocks, and the final assistant turn starting with one (see module doc)."""
+        assistant = [(i, _blocks(m["content"], f"messages.{i}")) for i, m in enumerate(messages)
+                     if m.get("role") == "assistant"]
+        for i, blocks in assistant:
+            for j, b in enumerate(blocks):
+                if b.get("type") == "thinking":
+                    _check_signature(b, f"messages.{i}.content.{j}")
+        if not enabled or not assistant:
+            return
+        i, blocks = assistant[-1]
+        with self._lock:
+            thoughtful = any(b.get("type") == "tool_use" and b.get("id") in self._thoughtful for b in blocks)
+        if thoughtful and blocks[0].get("type") not in _THINKING_BLOCKS:
+            raise bad(
+                f"messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+                f"`{blocks[0].get('type')}`. When `thinking` is enabled, a final `assistant` message must start "
+                "with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+                "recommend you include thinking blocks from previous turns. To avoid this requirement, disable "
+                "`thinking`."
+            )
+
     # --- rendering --------------------------------------------------------------------
 
     @staticmethod
@@ -208,6 +276,17 @@ class AnthropicMessages(Provider):
             "cache_read_input_tokens": u.cache_read_input_tokens,
         }
 
+    def _thinking(self, reply: Reply, conv: Conversation) -> dict[str, Any] | None:
+        """The reply's signed thinking block, when the model thinks and the request enables it."""
+        if not reply.thinking or not thinking_enabled(conv.body):
+            return None
+        with self._lock:
+            for c in reply.calls:
+                self._thoughtful[c.id] = None
+            while len(self._thoughtful) > _THOUGHTFUL_LIMIT:
+                self._thoughtful.popitem(last=False)
+        return {"type": "thinking", "thinking": reply.thinking, "signature": thinking_signature(reply.thinking)}
+
     def render(self, reply: Reply, conv: Conversation) -> Response:
         headers = {"request-id": new_id("req_")}
         if not conv.stream:
@@ -216,7 +295,9 @@ class AnthropicMessages(Provider):
 
     def message(self, reply: Reply, conv: Conversation) -> dict[str, Any]:
         """The complete (non-streamed) Message body for ``reply``."""
-        content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+        thinking = self._thinking(reply, conv)
+        content: list[dict[str, Any]] = [thinking] if thinking else []
+        content += [{"type": "text", "text": reply.text}] if reply.text else []
         content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in reply.calls]
         return {
             "id": new_id("msg_"),
@@ -244,8 +325,19 @@ class AnthropicMessages(Provider):
         yield "message_start", {"type": "message_start", "message": start}
         yield "ping", {"type": "ping"}
         index = 0
+        thinking = self._thinking(reply, conv)
+        if thinking:
+            block: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
+            yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+            for frag in split_text(thinking["thinking"]):
+                delta = {"type": "thinking_delta", "thinking": frag}
+                yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+            delta = {"type": "signature_delta", "signature": thinking["signature"]}
+            yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
+            index += 1
         if reply.text:
-            block: dict[str, Any] = {"type": "text", "text": ""}
+            block = {"type": "text", "text": ""}
             yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
             for frag in split_text(reply.text):
                 delta = {"type": "text_delta", "text": frag}

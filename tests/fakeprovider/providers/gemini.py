@@ -7,6 +7,9 @@ Function-call parts carry a ``thoughtSignature`` (an HMAC over the call, so it s
 restart of the fake). Like Gemini 3, a request to a ``gemini-3*`` model is rejected when a
 model turn of the current turn (everything after the last user text) has function calls
 whose first part lost its signature, or carries a signature the fake did not issue for it.
+
+A reply that thinks starts with a thought summary part (``{"text": ..., "thought": true}``)
+when the request asks for thoughts (``generationConfig.thinkingConfig.includeThoughts``).
 """
 
 from __future__ import annotations
@@ -89,6 +92,15 @@ def signature_matches(sig: str, name: str, args: Any) -> bool:
 def requires_signatures(model: str) -> bool:
     """Gemini 3 models validate thought signatures on function calls; 2.x do not."""
     return model.startswith("gemini-3")
+
+
+def includes_thoughts(body: dict[str, Any]) -> bool:
+    """Whether the request asks for thought summaries."""
+    config = body.get("generationConfig") or body.get("generation_config")
+    if not isinstance(config, dict):
+        return False
+    thinking = config.get("thinkingConfig") or config.get("thinking_config")
+    return isinstance(thinking, dict) and bool(thinking.get("includeThoughts") or thinking.get("include_thoughts"))
 
 
 def _part_text(part: dict[str, Any]) -> str | None:
@@ -299,11 +311,16 @@ class Gemini(Provider):
             candidate["finishReason"] = "STOP"  # STOP even when the model calls functions
         return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": conv.model, "responseId": resp_id}
 
+    @staticmethod
+    def _thought_parts(reply: Reply, conv: Conversation) -> list[dict[str, Any]]:
+        return [{"text": reply.thinking, "thought": True}] if reply.thinking and includes_thoughts(conv.body) else []
+
     def render(self, reply: Reply, conv: Conversation) -> Response:
         resp_id = new_id("")
         usage = self._usage(reply)
         if not conv.stream:
-            parts: list[dict[str, Any]] = [{"text": reply.text}] if reply.text or not reply.calls else []
+            parts = self._thought_parts(reply, conv)
+            parts += [{"text": reply.text}] if reply.text or not reply.calls else []
             parts += [self._call_part(c) for c in reply.calls]
             return JsonResponse(200, self._chunk(conv, resp_id, parts, usage, True))
         chunks = list(self._stream_chunks(reply, conv, resp_id, usage))
@@ -317,7 +334,7 @@ class Gemini(Provider):
         """Text in fragments, each function call whole; the last chunk has finishReason and full usage."""
         prompt_only = {k: v for k, v in usage.items() if k != "candidatesTokenCount"}
         parts = [[{"text": frag}] for frag in split_text(reply.text)] + [[self._call_part(c)] for c in reply.calls]
-        parts = parts or [[{"text": ""}]]
+        parts = [[p] for p in self._thought_parts(reply, conv)] + (parts or [[{"text": ""}]])
         for i, p in enumerate(parts):
             last = i == len(parts) - 1
             yield self._chunk(conv, resp_id, p, usage if last else prompt_only, last)

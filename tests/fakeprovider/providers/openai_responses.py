@@ -6,15 +6,24 @@ plain ``name``, as Codex expects), and hosted tools (``web_search``, ``mcp``, ..
 no name. Responses are stored (``store`` defaults to true, as in the real API) so a later
 request can chain with ``previous_response_id``; a chained function call without an output
 fails with "No tool output found for function call ...".
+
+Reasoning: a reply that thinks starts with a ``reasoning`` item (its summary the thinking
+text) carrying ``encrypted_content``: an HMAC-signed token naming the item and the item it
+led to. Like the API, a replayed reasoning item is rejected when its ``encrypted_content``
+was altered or belongs to another item, when the item it led to does not follow it, or, on a
+``store: false`` request, when it comes without ``encrypted_content`` (nothing was persisted).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..model import (
@@ -64,6 +73,36 @@ _PAIRS = {
 }
 _OUTPUTS = {out: call for call, (out, _) in _PAIRS.items()}
 _STORE_LIMIT = 1000
+_SIGNING_KEY = b"fakeprovider-responses-reasoning"
+_FOLLOWED_BY_MESSAGE = "message"  # what a reasoning item led to, when not a call (else the call's call_id)
+
+
+def encrypted_reasoning(item_id: str, follows: str) -> str:
+    """The ``encrypted_content`` of a reasoning item: signed, so the fake can check a replay."""
+    payload = compact_json({"id": item_id, "next": follows}).encode()
+    mac = hmac.new(_SIGNING_KEY, payload, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac + payload).decode()
+
+
+def opened_reasoning(token: Any) -> dict[str, str] | None:
+    """The payload of an ``encrypted_content`` the fake issued, or None when it was not (or was altered)."""
+    try:
+        raw = base64.urlsafe_b64decode(str(token).encode())
+        mac, payload = raw[:32], raw[32:]
+        if not hmac.compare_digest(mac, hmac.new(_SIGNING_KEY, payload, hashlib.sha256).digest()):
+            return None
+        opened = json.loads(payload)
+    except ValueError:
+        return None
+    return opened if isinstance(opened, dict) else None
+
+
+def _leads_to(follows: str, item: dict[str, Any]) -> bool:
+    """Whether ``item`` is the one a reasoning item led to (``follows``: a call_id, or a message)."""
+    kind = item.get("type") or ("message" if "role" in item else None)
+    if follows == _FOLLOWED_BY_MESSAGE:
+        return kind == "message" and item.get("role") == "assistant"
+    return kind in _PAIRS and item.get("call_id") == follows
 
 
 def _content_text(content: Any) -> str:
@@ -175,7 +214,9 @@ class OpenAIResponses(Provider):
             if stored is None:
                 raise ApiError(400, f"Previous response with id '{prev}' not found.", param="previous_response_id")
             history = stored
-        items = history + self._input_items(body.get("input"))
+        given = self._input_items(body.get("input"))
+        self._check_reasoning(given, stored=body.get("store", True) is not False)
+        items = history + given
         calls, results, last_user = self._check_items(items)
         return Conversation(
             api=self.name,
@@ -202,6 +243,33 @@ class OpenAIResponses(Provider):
             if not isinstance(item, dict):
                 raise bad(f"Invalid type for 'input[{i}]': expected an object.", f"input[{i}]")
         return list(value)
+
+    @staticmethod
+    def _check_reasoning(items: list[dict[str, Any]], stored: bool) -> None:
+        """Replayed reasoning items: the fake's own, unchanged, each before the item it led to."""
+        for i, item in enumerate(items):
+            if item.get("type") != "reasoning":
+                continue
+            rid, token = item.get("id"), item.get("encrypted_content")
+            if token is None:
+                if not stored:
+                    raise ApiError(
+                        404,
+                        f"Item with id '{rid}' not found. Items are not persisted when `store` is set to false. "
+                        "Try again with `store` set to true, or remove this item from your input.",
+                        param="input",
+                    )
+                continue
+            opened = opened_reasoning(token)
+            if opened is None or rid not in (None, opened.get("id")):
+                raise bad(f"The encrypted content for item {rid} could not be verified.", f"input[{i}]")
+            following = items[i + 1] if i + 1 < len(items) else {}
+            if not _leads_to(str(opened.get("next")), following):
+                raise bad(
+                    f"Item '{opened.get('id')}' of type 'reasoning' was provided without its required following "
+                    "item.",
+                    "input",
+                )
 
     @staticmethod
     def _check_tool_choice(choice: Any, names: list[str]) -> None:
@@ -302,8 +370,20 @@ class OpenAIResponses(Provider):
 
     @staticmethod
     def _output_items(reply: Reply) -> list[dict[str, Any]]:
-        """The completed output items: a message with the text, then one item per call."""
+        """The completed output items: reasoning (when the model thinks), a message with the
+        text, then one item per call."""
         items: list[dict[str, Any]] = []
+        if reply.thinking:
+            rid = new_id("rs_")
+            follows = reply.calls[0].id if reply.calls and not reply.text else _FOLLOWED_BY_MESSAGE
+            items.append(
+                {
+                    "id": rid,
+                    "type": "reasoning",
+                    "summary": [{"type": "summary_text", "text": reply.thinking}],
+                    "encrypted_content": encrypted_reasoning(rid, follows),
+                }
+            )
         if reply.text:
             part = {"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}
             items.append(
@@ -401,6 +481,8 @@ class OpenAIResponses(Provider):
                     yield event("response.output_text.delta", **ids, content_index=0, delta=frag, logprobs=[])
                 yield event("response.output_text.done", **ids, content_index=0, text=text, logprobs=[])
                 yield event("response.content_part.done", **ids, content_index=0, part=item["content"][0])
+            elif item["type"] == "reasoning":
+                yield from self._reasoning_events(event, index, item)
             else:
                 yield event(
                     "response.output_item.added",
@@ -414,6 +496,22 @@ class OpenAIResponses(Provider):
                 )
             yield event("response.output_item.done", output_index=index, item=item)
         yield event("response.completed", response=final)
+
+    @staticmethod
+    def _reasoning_events(event: Callable[..., bytes], index: int, item: dict[str, Any]) -> Iterator[bytes]:
+        """A reasoning item's summary, streamed; its ``encrypted_content`` comes whole with the item's done event."""
+        ids = {"item_id": item["id"], "output_index": index, "summary_index": 0}
+        text = item["summary"][0]["text"]
+        yield event(
+            "response.output_item.added",
+            output_index=index,
+            item={k: v for k, v in item.items() if k != "encrypted_content"} | {"summary": []},
+        )
+        yield event("response.reasoning_summary_part.added", **ids, part={"type": "summary_text", "text": ""})
+        for frag in split_text(text):
+            yield event("response.reasoning_summary_text.delta", **ids, delta=frag)
+        yield event("response.reasoning_summary_text.done", **ids, text=text)
+        yield event("response.reasoning_summary_part.done", **ids, part=item["summary"][0])
 
     def error_response(self, err: ApiError) -> JsonResponse:
         return openai_error(err)

@@ -1,0 +1,523 @@
+#!/usr/bin/env python3
+"""Time to first event and to last byte of a streamed answer, direct vs through the proxy.
+
+    .venv/bin/python scripts/bench_ttfb.py [--runs 20] [--delay 0.1] [--tools 60] [--stagger 0.037]
+
+A fake provider (``tests/fakeprovider``, in its own process) streams every answer with
+``--delay`` seconds between events. For each streaming API the project speaks, the same
+request goes (a) straight to the fake, (b) through a plain mitmdump that streams
+(``stream_large_bodies=1``), (c) through mitmdump + the addon on the shipped
+``configs/tool_discovery.yaml`` (only ``sessions.dir`` and ``telemetry.path`` moved into a
+temp dir); raw httpx streaming clients, kept-alive connections, the proxies' CA.
+
+Two turns. Without a search the model answers text. With a search, round 1 calls
+``gateway_search_tools`` and round 2 answers text: the addon hides round 1 and answers with
+one stream; for direct and plain mitmdump the two rounds the addon really sent upstream
+(captured once) are replayed one after the other and their times summed. The addon's search
+time comes from its telemetry (``searches[].latency_ms``).
+
+Runs come in waves, so the whole bench stays within minutes: each wave runs every
+(turn, API, path) once, in shuffled order, started ``--stagger`` seconds apart (a fraction
+of the delay, so events of different streams rarely coincide); the three paths share the
+same background load. Prints markdown tables and PASS/FAIL per acceptance check; exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import functools
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import yaml
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from botocore.eventstream import EventStreamBuffer
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from tests.e2e.harness import ADDON_PATH, MitmDump, scrubbed_env  # noqa: E402
+from tests.fakeprovider import SEARCH_TOOL, reply, search  # noqa: E402
+from tests.fakeprovider.providers.bedrock import TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY  # noqa: E402
+from tests.support.catalog import anthropic_tools, tool_specs  # noqa: E402
+
+SHIPPED_CONFIG = ROOT / "configs" / "tool_discovery.yaml"
+PATHS = ("direct", "mitmdump", "addon")
+TURNS = ("plain", "search")
+DONE = "bench-done"  # the answer's last word: the client saw the whole answer
+ANSWER = f"Sunny in Paris today with a light breeze and a high of twenty one degrees, {DONE}"
+QUESTION = "What's the weather forecast for Paris?"
+BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1%3A0"
+BEDROCK = f"https://bedrock-runtime.us-east-1.amazonaws.com/model/{BEDROCK_MODEL}"
+GEMINI = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+SLACK_MS = 20.0  # the acceptance checks' allowance for the proxy's own time
+
+
+# --- the APIs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Api:
+    """One streaming API: its real endpoint (the proxies map it to the fake) and its request."""
+
+    tag: str  # also the last word of the scripted search query, so telemetry names the API
+    label: str
+    url: str
+    body: Callable[[str, int], dict[str, Any]]  # (user text, tool count) -> request body
+    headers: dict[str, str]
+    sigv4: bool = False
+
+    def direct_url(self, fake_url: str) -> str:
+        parts = urlsplit(self.url)
+        return fake_url + parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+@functools.cache
+def _schema_tools(n: int) -> list[dict[str, Any]]:
+    """The catalog's first ``n`` tools, built once (bodies are made while other runs stream)."""
+    return anthropic_tools(n)
+
+
+def _openai_functions(n: int) -> list[dict[str, Any]]:
+    return [{"type": "function", "name": t["name"], "description": t["description"], "parameters": t["input_schema"]}
+            for t in _schema_tools(n)]
+
+
+def _gemini_body(text: str, n: int) -> dict[str, Any]:
+    decls = [{"name": t["name"], "description": t["description"], "parametersJsonSchema": t["input_schema"]}
+             for t in _schema_tools(n)]
+    return {"contents": [{"role": "user", "parts": [{"text": text}]}], "tools": [{"functionDeclarations": decls}]}
+
+
+JSON = {"content-type": "application/json"}
+APIS = [
+    Api("anthropic", "Anthropic SSE", "https://api.anthropic.com/v1/messages",
+        lambda text, n: {"model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": True, "tools": _schema_tools(n),
+                         "messages": [{"role": "user", "content": text}]},
+        {**JSON, "x-api-key": "sk-ant-bench", "anthropic-version": "2023-06-01"}),
+    Api("chat", "OpenAI Chat SSE", "https://api.openai.com/v1/chat/completions",
+        lambda text, n: {"model": "gpt-5", "stream": True, "stream_options": {"include_usage": True},
+                         "tools": [{"type": "function", "function": {k: v for k, v in f.items() if k != "type"}}
+                                   for f in _openai_functions(n)],
+                         "messages": [{"role": "user", "content": text}]},
+        {**JSON, "authorization": "Bearer sk-bench"}),
+    Api("responses", "OpenAI Responses SSE", "https://api.openai.com/v1/responses",
+        lambda text, n: {"model": "gpt-5", "stream": True, "store": False, "tools": _openai_functions(n),
+                         "input": text},
+        {**JSON, "authorization": "Bearer sk-bench"}),
+    Api("gemini_sse", "Gemini alt=sse", GEMINI + "?alt=sse", _gemini_body, {**JSON, "x-goog-api-key": "bench-key"}),
+    Api("gemini_json", "Gemini JSON array", GEMINI, _gemini_body, {**JSON, "x-goog-api-key": "bench-key"}),
+    Api("converse", "Bedrock ConverseStream", f"{BEDROCK}/converse-stream",
+        lambda text, n: {"messages": [{"role": "user", "content": [{"text": text}]}],
+                         "toolConfig": {"tools": [{"toolSpec": {"name": t["name"], "description": t["description"],
+                                                                "inputSchema": {"json": t["input_schema"]}}}
+                                                  for t in _schema_tools(n)]}},
+        JSON, sigv4=True),
+    Api("invoke", "Bedrock InvokeModel stream", f"{BEDROCK}/invoke-with-response-stream",
+        lambda text, n: {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 1024, "tools": _schema_tools(n),
+                         "messages": [{"role": "user", "content": text}]},
+        JSON, sigv4=True),
+]
+
+
+def search_marker(api: Api) -> str:
+    return f"search-turn-{api.tag}"
+
+
+def script() -> dict[str, Any]:
+    """The model: search once on a search turn (its query ends with the API's tag), else answer."""
+    rules = [search(f"weather forecast {api.tag}", contains=search_marker(api)) for api in APIS]
+    return {"rules": [r.to_dict() for r in rules], "default": reply(ANSWER).to_dict()}
+
+
+def headers_for(api: Api, body: bytes) -> dict[str, str]:
+    """The request headers; Bedrock's signed with SigV4 over this body, as boto3 signs them (the
+    fake verifies against the real endpoint's host, the proxy re-signs with the same key)."""
+    if not api.sigv4:
+        return api.headers
+    req = AWSRequest("POST", api.url, data=body, headers=dict(api.headers))
+    SigV4Auth(Credentials(TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY), "bedrock", "us-east-1").add_auth(req)
+    return dict(req.headers.items())
+
+
+def visible(api: Api, raw: bytes) -> str:
+    """What a client can read in the answer (event-stream payloads decoded, InvokeModel's base64 too)."""
+    if not api.sigv4:
+        return raw.decode("utf-8", "replace")
+    buf = EventStreamBuffer()
+    buf.add_data(raw)
+    payloads = [m.payload.decode("utf-8", "replace") for m in buf]
+    if api.tag == "invoke":
+        payloads = [base64.b64decode(json.loads(p)["bytes"]).decode() if '"bytes"' in p else p for p in payloads]
+    return "\n".join(payloads)
+
+
+# --- the fake provider, in its own process (its threads never share a GIL with the clients) ----
+
+
+class Fake:
+    def __init__(self, delay: float, log: Path) -> None:
+        env = scrubbed_env()
+        env["PYTHONUNBUFFERED"] = "1"
+        self._log = open(log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakeprovider", "--port", "0", "--stream-delay", str(delay)],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=self._log,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        if "listening at" not in line:
+            raise RuntimeError(f"fake provider did not start: {line!r} (log: {log})")
+        self.url = line.rsplit(" ", 1)[1].strip()
+        self.control = httpx.Client(base_url=self.url, trust_env=False, timeout=30)
+
+    def post(self, path: str, data: Any = None) -> Any:
+        r = self.control.post(path, json=data or {})
+        r.raise_for_status()
+        return r.json()
+
+    def requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.control.get("/_requests").json()["requests"] if r["api"]]
+
+    def reset(self, delay: float) -> None:
+        """Forget recorded requests (they hold every body), then restore the script and pacing."""
+        self.post("/_reset")
+        self.post("/_script", script())
+        self.post("/_settings", {"stream_delay": delay})
+
+    def stop(self) -> None:
+        self.control.close()
+        self.proc.terminate()
+        self.proc.wait(10)
+        self._log.close()
+
+
+# --- timing -------------------------------------------------------------------------------------
+
+
+class BenchError(Exception):
+    pass
+
+
+@dataclass
+class Timing:
+    first: float  # ms to the first body byte
+    last: float  # ms to the last body byte (a replayed search turn: both rounds summed)
+    round1: float | None = None  # a replayed search turn: ms to round 1's last byte
+
+
+async def stream_once(client: httpx.AsyncClient, url: str, api: Api, body: bytes) -> tuple[float, float, str]:
+    """One streamed request: ms to the first and to the last body byte, and what it said."""
+    headers = headers_for(api, body)  # signing is the client's business, not the path's: outside the clock
+    chunks: list[bytes] = []
+    first = None
+    t0 = time.perf_counter()
+    async with client.stream("POST", url, content=body, headers=headers) as r:
+        async for chunk in r.aiter_raw():
+            if chunk and first is None:
+                first = time.perf_counter()
+            chunks.append(chunk)
+        end = time.perf_counter()
+    raw = b"".join(chunks)
+    if r.status_code != 200 or first is None:
+        raise BenchError(f"{api.label} {url}: HTTP {r.status_code} {raw[:300]!r}")
+    return (first - t0) * 1000, (end - t0) * 1000, visible(api, raw)
+
+
+def check_answer(api: Api, text: str, *, hidden: bool = True) -> None:
+    """The whole answer arrived and, where the addon answered, nothing of the search shows.
+    (A replayed round may mention the search tool: Responses echoes the request's tools.)"""
+    if DONE not in text or hidden and SEARCH_TOOL in text:
+        raise BenchError(f"{api.label}: the client did not get the plain answer: {text[:300]}")
+
+
+@dataclass
+class Route:
+    """One way to the fake: its URL for an API and a kept-alive client per (turn, API)."""
+
+    name: str
+    url: Callable[[Api], str]
+    client: Callable[[], httpx.AsyncClient]
+
+
+@dataclass
+class Rounds:
+    """The two bodies the addon sent upstream for one search turn, replayed by direct and mitmdump."""
+
+    first: bytes
+    second: bytes
+
+
+class Bench:
+    def __init__(self, paths: dict[str, Route], tools: int, rounds: dict[str, Rounds]) -> None:
+        self.paths = paths
+        self.tools = tools
+        self.rounds = rounds
+        self.clients: dict[tuple[str, str, str], httpx.AsyncClient] = {}
+
+    def client(self, turn: str, api: Api, path: str) -> httpx.AsyncClient:
+        """One connection per (turn, API, path), opened in the warm-up wave and reused after."""
+        key = (turn, api.tag, path)
+        if key not in self.clients:
+            self.clients[key] = self.paths[path].client()
+        return self.clients[key]
+
+    def body(self, turn: str, api: Api) -> bytes:
+        """A first user message never sent before: each run is its own session for the addon."""
+        marker = search_marker(api) if turn == "search" else "plain-turn"
+        return json.dumps(api.body(f"{QUESTION} [{marker} {uuid.uuid4().hex[:12]}]", self.tools)).encode()
+
+    async def run(self, turn: str, api: Api, path: str) -> Timing:
+        client, url = self.client(turn, api, path), self.paths[path].url(api)
+        if turn == "plain" or path == "addon":
+            first, last, text = await stream_once(client, url, api, self.body(turn, api))
+            check_answer(api, text)
+            return Timing(first, last)
+        rounds = self.rounds[api.tag]
+        first, end1, text1 = await stream_once(client, url, api, rounds.first)
+        _, end2, text2 = await stream_once(client, url, api, rounds.second)
+        if SEARCH_TOOL not in text1:
+            raise BenchError(f"{api.label}: replayed round 1 did not search: {text1[:300]}")
+        check_answer(api, text2, hidden=False)
+        return Timing(first, end1 + end2, end1)
+
+    async def wave(self, stagger: float, seed: int) -> list[tuple[tuple[str, str, str], Timing | BaseException]]:
+        """Every (turn, API, path) once, shuffled, started ``stagger`` seconds apart."""
+        jobs = [(turn, api, path) for turn in TURNS for api in APIS for path in PATHS]
+        random.Random(seed).shuffle(jobs)
+
+        async def delayed(i: int, turn: str, api: Api, path: str) -> Timing:
+            await asyncio.sleep(i * stagger)
+            return await self.run(turn, api, path)
+
+        results = await asyncio.gather(*(delayed(i, *job) for i, job in enumerate(jobs)), return_exceptions=True)
+        return [((turn, api.tag, path), res) for (turn, api, path), res in zip(jobs, results)]
+
+    async def close(self) -> None:
+        for client in self.clients.values():
+            await client.aclose()
+
+
+# --- set-up -------------------------------------------------------------------------------------
+
+
+def addon_config(workdir: Path) -> str:
+    """The shipped config with only the session store and the telemetry file moved into ``workdir``."""
+    cfg = yaml.safe_load(SHIPPED_CONFIG.read_text())
+    cfg.setdefault("sessions", {})["dir"] = str(workdir / "sessions")
+    cfg.setdefault("telemetry", {})["path"] = str(workdir / "telemetry.jsonl")
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def aws_chain(tmp: Path) -> None:
+    """Give mitmdump (started after this) the fake's test credentials through the standard AWS
+    chain, as a user's proxy gets its own: it re-signs the Bedrock bodies it changes."""
+    (tmp / "aws-credentials").write_text(
+        f"[bench]\naws_access_key_id = {TEST_ACCESS_KEY_ID}\naws_secret_access_key = {TEST_SECRET_ACCESS_KEY}\n")
+    (tmp / "aws-config").write_text("[profile bench]\nregion = us-east-1\n")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                 "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_BEARER_TOKEN_BEDROCK"):
+        os.environ.pop(name, None)
+    os.environ.update(AWS_SHARED_CREDENTIALS_FILE=str(tmp / "aws-credentials"), AWS_CONFIG_FILE=str(tmp / "aws-config"),
+                      AWS_PROFILE="bench", AWS_EC2_METADATA_DISABLED="true")
+
+
+def paths(fake: Fake, plain: MitmDump, addon: MitmDump) -> dict[str, Route]:
+    timeout = httpx.Timeout(60.0, connect=30.0)
+    one = httpx.Limits(max_connections=1)
+
+    def via(proxy: MitmDump) -> Callable[[], httpx.AsyncClient]:
+        ctx = proxy.ssl_context()
+        return lambda: httpx.AsyncClient(proxy=proxy.url, verify=ctx, trust_env=False, timeout=timeout, limits=one)
+
+    return {
+        "direct": Route("direct", lambda api: api.direct_url(fake.url),
+                        lambda: httpx.AsyncClient(trust_env=False, timeout=timeout, limits=one)),
+        "mitmdump": Route("mitmdump", lambda api: api.url, via(plain)),
+        "addon": Route("addon", lambda api: api.url, via(addon)),
+    }
+
+
+async def capture(bench: Bench, fake: Fake) -> dict[str, dict[str, int]]:
+    """Per API, one unpaced answer of each kind: what the addon sent upstream on a search turn
+    (replayed later by the other paths), and how many events each answer has."""
+    events: dict[str, dict[str, int]] = {}
+    client = bench.paths["addon"].client()
+    try:
+        for api in APIS:
+            fake.reset(0)
+            await stream_once(client, api.url, api, bench.body("plain", api))
+            _, _, text = await stream_once(client, api.url, api, bench.body("search", api))
+            check_answer(api, text)
+            plain, first, second = fake.requests()
+            if [r["status"] for r in (plain, first, second)] != [200] * 3 or SEARCH_TOOL not in json.dumps(first["reply"]):
+                raise BenchError(f"{api.label}: the addon's search turn went wrong: {[r['error'] for r in (first, second)]}")
+            bench.rounds[api.tag] = Rounds(base64.b64decode(first["body_b64"]), base64.b64decode(second["body_b64"]))
+            events[api.tag] = {"plain": len(plain["event_times"]), "round1": len(first["event_times"]),
+                               "round2": len(second["event_times"])}
+    finally:
+        await client.aclose()
+    return events
+
+
+# --- statistics and report ----------------------------------------------------------------------
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))] if values else float("nan")
+
+
+def telemetry(path: Path, since: float) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Per API tag: search latencies (ms) of the timed runs, and the most tools a record
+    deferred (so the table shows the shipped config did defer)."""
+    latency: dict[str, list[float]] = defaultdict(list)
+    deferred: dict[str, int] = defaultdict(int)
+    for line in path.read_text().splitlines() if path.exists() else []:
+        rec = json.loads(line)
+        if rec["time"] < since:
+            continue
+        for s in rec["searches"]:
+            tag = (s["query"] or "").rsplit(" ", 1)[-1]
+            latency[tag].append(s["latency_ms"])
+            deferred[tag] = max(deferred[tag], rec["deferred_tools"])
+    return latency, deferred
+
+
+def cell(values: list[float]) -> str:
+    return f"{pct(values, 50):.1f} / {pct(values, 95):.1f}" if values else "n/a"
+
+
+def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, dict[str, int]],
+           search_ms: dict[str, list[float]], deferred: dict[str, int]) -> None:
+    def col(turn: str, tag: str, path: str, field: str) -> list[float]:
+        return [getattr(t, field) for t in results.get((turn, tag, path), []) if getattr(t, field) is not None]
+
+    print("## No search: the model answers text (ms, p50 / p95)\n")
+    print("| API | events | first: direct | mitmdump | addon | addon − direct p95 "
+          "| last: direct | mitmdump | addon | addon / direct p50 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for api in APIS:
+        f = {p: col("plain", api.tag, p, "first") for p in PATHS}
+        last = {p: col("plain", api.tag, p, "last") for p in PATHS}
+        print(f"| {api.label} | {events[api.tag]['plain']} | {cell(f['direct'])} | {cell(f['mitmdump'])} "
+              f"| {cell(f['addon'])} | {pct(f['addon'], 95) - pct(f['direct'], 95):+.1f} | {cell(last['direct'])} "
+              f"| {cell(last['mitmdump'])} | {cell(last['addon'])} "
+              f"| {pct(last['addon'], 50) / pct(last['direct'], 50):.3f} |")
+
+    print("\n## Search: round 1 calls the search tool, round 2 answers (ms, p50 / p95)\n")
+    print("direct and mitmdump replay the addon's two upstream rounds one after the other: *last* is "
+          "their sum, *round 1 end* the first round's last byte. search = the addon's telemetry.\n")
+    print("| API | events r1 + r2 | deferred | first: direct | mitmdump | addon | round 1 end: direct "
+          "| last: direct | mitmdump | addon | search | addon − direct p95 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for api in APIS:
+        f = {p: col("search", api.tag, p, "first") for p in PATHS}
+        last = {p: col("search", api.tag, p, "last") for p in PATHS}
+        ev = events[api.tag]
+        print(f"| {api.label} | {ev['round1']} + {ev['round2']} | {deferred.get(api.tag, 0)} | {cell(f['direct'])} "
+              f"| {cell(f['mitmdump'])} | {cell(f['addon'])} | {cell(col('search', api.tag, 'direct', 'round1'))} "
+              f"| {cell(last['direct'])} | {cell(last['mitmdump'])} | {cell(last['addon'])} "
+              f"| {cell(search_ms.get(api.tag, []))} "
+              f"| {pct(last['addon'], 95) - pct(last['direct'], 95):+.1f} |")
+
+    print("\n## Acceptance checks (p95 unless said)\n")
+    print("| API | check | measured ms | limit ms | result |\n|---|---|---:|---:|---|")
+    for api in APIS:
+        first = col("plain", api.tag, "addon", "first")
+        direct_first = col("plain", api.tag, "direct", "first")
+        s_first = col("search", api.tag, "addon", "first")
+        round1 = col("search", api.tag, "direct", "round1")
+        s_last = col("search", api.tag, "addon", "last")
+        d_total = col("search", api.tag, "direct", "last")
+        searched = search_ms.get(api.tag, [])
+        checks = [
+            ("no search: first event ≤ direct + 20 ms", pct(first, 95), pct(direct_first, 95) + SLACK_MS),
+            ("search: first event before round 1 ends (direct p50)", pct(s_first, 95), pct(round1, 50)),
+            ("search: last ≤ direct both rounds + 20 ms + search", pct(s_last, 95),
+             pct(d_total, 95) + SLACK_MS + pct(searched, 95)),
+        ]
+        for name, value, limit in checks:
+            print(f"| {api.label} | {name} | {value:.1f} | {limit:.1f} | {'PASS' if value <= limit else 'FAIL'} |")
+
+
+# --- main -----------------------------------------------------------------------------------------
+
+
+async def measure(bench: Bench, fake: Fake, args: argparse.Namespace) -> tuple[dict, dict, float, list[str]]:
+    events = await capture(bench, fake)
+    fake.reset(args.delay)
+    await bench.wave(args.stagger, seed=-1)  # warm-up: opens every connection the timed waves reuse
+    since = time.time()
+    results: dict[tuple[str, str, str], list[Timing]] = defaultdict(list)
+    errors: list[str] = []
+    for run in range(args.runs):
+        fake.reset(args.delay)
+        for key, res in await bench.wave(args.stagger, seed=run):
+            if isinstance(res, Timing):
+                results[key].append(res)
+            else:
+                errors.append(f"{'/'.join(key)}: {res!r}"[:400])
+        print(f"wave {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
+    await bench.close()
+    return results, events, since, errors
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=20, help="timed runs of every (turn, API, path)")
+    ap.add_argument("--delay", type=float, default=0.1, help="seconds the fake waits between streamed events")
+    ap.add_argument("--tools", type=int, default=60, help="tools in every request (the shipped config defers them)")
+    ap.add_argument("--stagger", type=float, default=None, help="seconds between job starts in a wave (default 0.37 × delay)")
+    args = ap.parse_args()
+    args.stagger = 0.37 * args.delay if args.stagger is None else args.stagger
+    assert len(tool_specs(args.tools)) == args.tools
+
+    with tempfile.TemporaryDirectory(prefix="bench_ttfb_") as tmp_name:
+        tmp = Path(tmp_name)
+        aws_chain(tmp)
+        fake = Fake(args.delay, tmp / "fake.log")
+        plain = MitmDump(tmp / "plain", fake.url, extra_args=["--set", "stream_large_bodies=1"], name="plain")
+        addon = MitmDump(tmp / "addon", fake.url, script=ADDON_PATH, config=addon_config, name="addon")
+        try:
+            plain.start()
+            addon.start()
+            bench = Bench(paths(fake, plain, addon), args.tools, {})
+            t0 = time.monotonic()
+            results, events, since, errors = asyncio.run(measure(bench, fake, args))
+            elapsed = time.monotonic() - t0
+        finally:
+            plain.stop()
+            addon.stop()  # graceful: the telemetry writer drains
+            fake.stop()
+        search_ms, deferred = telemetry(addon.workdir / "telemetry.jsonl", since)
+
+    print(f"# Time to first event, {args.runs} runs, {args.tools} tools, {args.delay * 1000:.0f} ms between events, "
+          f"jobs {args.stagger * 1000:.0f} ms apart ({elapsed:.0f} s)\n")
+    report(results, events, search_ms, deferred)
+    if errors:
+        print(f"\n{len(errors)} failed runs (left out of the tables):")
+        for e in errors[:20]:
+            print(f"- {e}")
+
+
+if __name__ == "__main__":
+    main()
