@@ -5,10 +5,16 @@
 
 A fake provider (``tests/fakeprovider``, in its own process) streams every answer with
 ``--delay`` seconds between events. For each streaming API the project speaks, the same
-request goes (a) straight to the fake, (b) through a plain mitmdump that streams
-(``stream_large_bodies=1``), (c) through mitmdump + the addon on the shipped
-``configs/tool_discovery.yaml`` (only ``sessions.dir`` and ``telemetry.path`` moved into a
-temp dir); raw httpx streaming clients, kept-alive connections, the proxies' CA.
+request goes (a) straight to the fake, (b) through a plain mitmdump that streams responses,
+(c) through mitmdump + the addon on the shipped ``configs/tool_discovery.yaml`` (only
+``sessions.dir`` and ``telemetry.path`` moved into a temp dir); raw httpx streaming
+clients, kept-alive connections, the proxies' CA.
+
+Why (b) streams with a two-line script rather than ``--set stream_large_bodies=1``: that
+option streams request bodies too, and a streamed request goes out before the ``request``
+hook where ``--map-remote`` applies, so it would reach the real host (502); a threshold above
+the request size never streams a chunked answer this small. The script does to every
+response what ``stream_large_bodies=1`` does, and nothing to requests.
 
 Two turns. Without a search the model answers text. With a search, round 1 calls
 ``gateway_search_tools`` and round 2 answers text: the addon hides round 1 and answers with
@@ -68,6 +74,7 @@ BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1%3A0"
 BEDROCK = f"https://bedrock-runtime.us-east-1.amazonaws.com/model/{BEDROCK_MODEL}"
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent"
 SLACK_MS = 20.0  # the acceptance checks' allowance for the proxy's own time
+STREAM_RESPONSES = "def responseheaders(flow):\n    flow.response.stream = True\n"
 
 
 # --- the APIs ---------------------------------------------------------------------------------
@@ -495,7 +502,8 @@ def main() -> None:
         tmp = Path(tmp_name)
         aws_chain(tmp)
         fake = Fake(args.delay, tmp / "fake.log")
-        plain = MitmDump(tmp / "plain", fake.url, extra_args=["--set", "stream_large_bodies=1"], name="plain")
+        (tmp / "stream_responses.py").write_text(STREAM_RESPONSES)
+        plain = MitmDump(tmp / "plain", fake.url, script=tmp / "stream_responses.py", name="plain")
         addon = MitmDump(tmp / "addon", fake.url, script=ADDON_PATH, config=addon_config, name="addon")
         try:
             plain.start()

@@ -8,6 +8,7 @@ Every public entry point fails open (see ``Planner.prepare`` and ``LoopRunner``)
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Mapping
 
 from loguru import logger
@@ -67,7 +68,9 @@ class Engine:
                 shadow["pattern"] = query
             if td.api.rollout == "shadow":
                 keep = relevance.keep_count(len(view.tools), td)
-                kept = [t.name for t in relevance.select(view, td, keep, ranker=self.ranker).kept]
+                # Ranking may embed every tool (hybrid): a worker thread, not the event loop.
+                selection = await asyncio.to_thread(relevance.select, view, td, keep, ranker=self.ranker)
+                kept = [t.name for t in selection.kept]
                 hits = [n for n in sel.names if n in kept]
                 shadow |= {"relevance_kept": kept, "overlap": len(hits) / len(sel.names) if sel.names else None}
             record.shadow = shadow

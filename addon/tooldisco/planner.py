@@ -11,7 +11,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Mapping
+from typing import Awaitable, Callable, Mapping, Sequence, TypeVar
 
 from loguru import logger
 
@@ -23,8 +23,8 @@ from .strategies import deferral, relevance
 from .telemetry import Record, TelemetrySink, estimate_tokens
 from .tenants import tenant_of
 
-MAX_DEFERRED_PER_SESSION = 10_000
 Ranker = Callable[..., object] | None
+T = TypeVar("T")
 
 
 @dataclass
@@ -140,8 +140,14 @@ class Planner:
             hint = f"chain:{view.continues}" if view.continues else f"once:{uuid.uuid4().hex}"
         return _Session(session_key(tenant, hint, view.first_user), tenant, True)
 
-    def _state(self, session: _Session) -> SessionState:
-        return self.store.get(session.key) if session.persist else SessionState()
+    def _decide(self, session: _Session, decide: Callable[[SessionState], T]) -> T:
+        """Run ``decide`` over the session's state, keeping what it records, in one transaction:
+        flows of one session overlap (sub-agents), and a read apart from its write would lose
+        the update of a flow in between. A caller without a credential gets a blank state,
+        kept nowhere."""
+        if not session.persist:
+            return decide(SessionState())
+        return self.store.update(session.key, decide)
 
     def _relevance(self, adapter: Adapter, view: RequestView, text: str, original: bytes, session: _Session,
                    record: Record) -> Prepared:
@@ -151,9 +157,15 @@ class Planner:
         if not total or total <= td.min_tools or keep >= total:
             record.fallback_reason = "no_tools" if not total else "below_min_tools"
             return Prepared()
-        state = self._state(session)
-        sel = relevance.select(view, td, keep, sticky=state.kept, expanded=state.expanded, ranker=self.ranker)
-        self._remember(session, adapter, kept=[t.name for t in sel.kept])
+        ranker = _ranked_now(self.ranker, view)
+        seen = frozenset(view.names())
+
+        def decide(s: SessionState) -> relevance.Selection:
+            sel = relevance.select(view, td, keep, sticky=s.kept, expanded=s.expanded, ranker=ranker)
+            s.remember(adapter.api, seen, [t.name for t in sel.kept])
+            return sel
+
+        sel = self._decide(session, decide)
         self._count(record, sel.kept, sel.deferred)
         if len(sel.kept) == total:
             return Prepared()
@@ -171,15 +183,25 @@ class Planner:
             record.fallback_reason = "search_tool_name_taken"
             logger.warning("client already sends a tool named {}: not deferring", phantom)
             return Prepared()
-        state = self._state(session)
-        plan = deferral.plan(view, td, state.kept, state.expanded, self.ranker)
+        ranker = _ranked_now(self.ranker, view) if td.defer.upfront else None
+        seen = frozenset(view.names())
+        applies = td.strategy != "api" or self._in_rollout(session.key)  # else the request goes unchanged
+
+        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, dict[str, str]]:
+            plan = deferral.plan(view, td, s.kept, s.expanded, ranker)
+            if plan.skipped or not applies:
+                return plan, {}
+            # The deferred catalog is kept for later turns' searches (seed §6).
+            s.remember(adapter.api, seen, [t.name for t in plan.kept], {t.name: t.raw for t in plan.deferred})
+            return plan, s.earlier(seen)
+
+        plan, earlier = self._decide(session, decide)
         if plan.skipped:
             record.fallback_reason = plan.skipped
             return Prepared()
         if td.strategy == "api" and (held := self._rollout(view, plan, session.key, record)) is not None:
             return held
-        self._remember(session, adapter, kept=[t.name for t in plan.kept], deferred=plan.deferred)
-        catalog = _earlier(adapter, state, set(view.names())) | {t.name: t for t in plan.deferred}
+        catalog = self._earlier(adapter, earlier) | {t.name: t for t in plan.deferred}
         backend = "api" if td.strategy == "api" else td.search.backend
         phantom_raw = adapter.phantom_tool(
             # Described over deferred + found: a discovery then leaves the search tool's text,
@@ -219,49 +241,51 @@ class Planner:
         if api.rollout == "full":
             return None
         if api.rollout == "partial":
-            bucket = int(key[:8], 16) % 10_000 / 100  # deterministic per session
-            record.rollout = f"partial:{'in' if bucket < api.rollout_percent else 'out'}"
-            if bucket < api.rollout_percent:
+            inside = self._in_rollout(key)
+            record.rollout = f"partial:{'in' if inside else 'out'}"
+            if inside:
                 return None
             record.fallback_reason = "rollout_excluded"
             return Prepared()
         record.outcome = "pending"  # the background task completes the record
         return Prepared(background=lambda: self._shadow(view, plan, record))
 
+    def _in_rollout(self, key: str) -> bool:
+        """Whether the api strategy applies to this session (a hash bucket: a session stays in or out)."""
+        api = self.config.tool_discovery.api
+        bucket = int(key[:8], 16) % 10_000 / 100
+        return api.rollout == "full" or (api.rollout == "partial" and bucket < api.rollout_percent)
+
     def _count(self, record: Record, kept: tuple[Tool, ...], deferred: tuple[Tool, ...], extra: int = 0) -> None:
         record.kept_tools = len(kept)
         record.deferred_tools = len(deferred)
         record.tool_tokens_after = sum(estimate_tokens(t.raw) for t in kept) + extra
 
-    def _remember(self, session: _Session, adapter: Adapter, kept: list[str], deferred: tuple[Tool, ...] = ()) -> None:
-        """Record the kept set, and the deferred catalog a later search may reach (seed §6)."""
-        if not session.persist:
-            return
-
-        def change(s: SessionState) -> bool:
-            if s.api == adapter.api and s.kept == kept and all(s.deferred.get(t.name) == t.raw for t in deferred):
-                return False
-            s.api = adapter.api
-            s.kept = kept
-            for t in deferred:
-                s.deferred[t.name] = t.raw
-            for name in list(s.deferred)[: max(len(s.deferred) - MAX_DEFERRED_PER_SESSION, 0)]:
-                del s.deferred[name]
-            return True
-
-        self.store.update(session.key, change)
+    def _earlier(self, adapter: Adapter, digests: Mapping[str, str]) -> dict[str, Tool]:
+        """Tools deferred earlier in the session and absent now (name -> digest): searchable too
+        (seed 000 §6). A definition expired or unreadable is skipped, not fatal."""
+        raws = self.store.definitions(digests.values())
+        out = {}
+        for name, digest in digests.items():
+            if (raw := raws.get(digest)) is None:
+                continue
+            try:
+                out[name] = adapter.parse_tool(raw)
+            except Exception:
+                continue
+        return out
 
 
-def _earlier(adapter: Adapter, state: SessionState, current: set[str]) -> dict[str, Tool]:
-    """Tools deferred earlier in the session and absent now: searchable too (seed 000 §6)."""
-    if state.api != adapter.api:
-        return {}
-    out = {}
-    for name, raw in state.deferred.items():
-        if name in current:
-            continue
-        try:
-            out[name] = adapter.parse_tool(raw)
-        except Exception:
-            continue  # a stored definition we cannot read is skipped, not fatal
-    return out
+def _ranked_now(ranker: Ranker, view: RequestView) -> Ranker:
+    """``ranker``'s order over the request's whole catalog, computed now, before the session
+    transaction: ranking may build an index or embed a catalog, never while the store is
+    locked. Ranking a subset (deferral ranks the tools not found yet) reads it filtered."""
+    if ranker is None or not view.query.strip():
+        return ranker
+    order = ranker(view.query, view.tools, len(view.tools))
+
+    def ranked(query: str, tools: Sequence[Tool], limit: int) -> list[str]:
+        names = {t.name for t in tools}
+        return [n for n in order if n in names][:limit]
+
+    return ranked

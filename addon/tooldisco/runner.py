@@ -269,8 +269,10 @@ class LoopRunner:
                         if out := stitcher.feed(chunk):
                             yield out
                     end = stitcher.end_round()
-                    if end.error is not None:
+                    if end.error is not None:  # already passed on; only what is still owed follows
                         record.outcome = "upstream_stream_error"
+                        if rest := stitcher.finish():
+                            yield rest
                         return
                     if end.message is None or not end.complete:
                         record.outcome = "upstream_truncated"

@@ -1,25 +1,43 @@
 """Per-session discovery state, in diskcache so it survives a proxy restart.
 
 Why keyed by tenant: two users who both open with "hi" must never see each other's
-tools. The tenant is a hash of the credential (never the credential itself); the
-session is the client's own session id when it sends one, else the first user message.
+tools. The tenant is a hash of the credential (``tenants.py``, never the credential
+itself); the session is the client's own session id when it sends one, else the first
+user message.
+
+Why every update is one transaction that merges: flows of one session overlap (an
+agent's sub-agents share its session id), so a read apart from its write would lose the
+update of a flow in between, and a kept set overwritten whole by each flow would thrash
+between the sub-agents' tool lists.
+
+Why definitions are stored apart, by content: a catalog holds up to 10,000 definitions
+and every session of every user of one MCP server sends the same ones. Each is stored
+once under ``def:<sha256 of its text>``; a session holds only name -> digest.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from contextlib import suppress
+from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, TypeVar
 
 import diskcache
+from diskcache.core import DBNAME
 
-# Headers that identify the caller. SigV4 signs every request anew, so only its access key id counts.
-CREDENTIAL_HEADERS = ("x-api-key", "authorization", "x-goog-api-key", "api-key", "proxy-authorization")
-_SIGV4_KEY = re.compile(r"Credential=([^/,\s]+)")
+from .telemetry import private_dir
+
+MAX_NAMES = 10_000  # per session, in each of kept, expanded and the catalog
+MAX_DEFINITION_BYTES = 1 << 20  # a larger definition is not kept for later turns
+# Above SQLite's own 1 GB cap on a value: no value ever spills to a file of its own, so the
+# only files are SQLite's, which take the database file's mode (see ``private_cache``).
+_NEVER_SPILL = 1 << 40
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -28,13 +46,49 @@ class SessionState:
 
     kept: list[str] = field(default_factory=list)  # names forwarded upfront, sticky across turns
     expanded: list[str] = field(default_factory=list)  # found by search, in discovery order
-    deferred: dict[str, str] = field(default_factory=dict)  # name -> raw definition
-    api: str = ""
+    catalog: dict[str, str] = field(default_factory=dict)  # deferred name -> digest of its definition
+    api: str = ""  # the wire API the catalog's definitions are written for
+    refreshed: float = 0.0  # wall time the catalog's definitions last had their TTL extended
+    # Definitions this update brings (digest -> text): the store writes them, never as part of the state.
+    incoming: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
-    def expand(self, names: list[str]) -> None:
-        for n in names:
-            if n not in self.expanded:
-                self.expanded.append(n)
+    def expand(self, names: Iterable[str]) -> None:
+        self.expanded = _union(self.expanded, names)
+
+    def remember(self, api: str, seen: Collection[str], kept: Sequence[str],
+                 deferred: Mapping[str, str] | None = None) -> None:
+        """Record one request: ``seen`` its tool names, ``kept`` those it forwarded upfront,
+        ``deferred`` name -> definition of those a later search may reach.
+
+        Names the request did not see stay as they are: they belong to another flow of
+        the session (a sub-agent with other tools), whose next turn must find its kept set
+        unchanged. A definition is in the wire format of one API: a session switching APIs
+        starts a new catalog."""
+        if api != self.api:
+            self.api, self.catalog = api, {}
+        chosen = set(kept)
+        self.kept = _union((n for n in self.kept if n in chosen or n not in seen), kept)
+        if deferred:
+            self._defer(deferred)
+
+    def earlier(self, current: Collection[str]) -> dict[str, str]:
+        """name -> digest of the catalog's tools absent from ``current``."""
+        return {n: d for n, d in self.catalog.items() if n not in current}
+
+    def _defer(self, tools: Mapping[str, str]) -> None:
+        """Add this request's definitions; past ``MAX_NAMES`` the oldest names it did not send go first."""
+        fresh: dict[str, str] = {}
+        for name, raw in tools.items():
+            data = raw.encode("utf-8", "surrogatepass")
+            if len(data) > MAX_DEFINITION_BYTES or len(fresh) == MAX_NAMES:
+                continue
+            digest = hashlib.sha256(data).hexdigest()
+            fresh[name] = digest
+            self.incoming[digest] = raw
+        merged = {n: d for n, d in self.catalog.items() if n not in tools or n in fresh} | fresh
+        for name in list(islice((n for n in merged if n not in fresh), max(len(merged) - MAX_NAMES, 0))):
+            del merged[name]
+        self.catalog = merged
 
 
 @dataclass(frozen=True)
@@ -46,60 +100,124 @@ class Link:
     head: str | None = None
 
 
-def tenant_of(headers: Mapping[str, str]) -> str:
-    """A hash standing for the caller's credential; the value itself is never stored."""
-    h = hashlib.sha256()
-    for name in CREDENTIAL_HEADERS:
-        value = headers.get(name)
-        if not value:
-            continue
-        if name == "authorization" and value.startswith("AWS4-HMAC-SHA256"):
-            m = _SIGV4_KEY.search(value)
-            value = m.group(1) if m else value
-        h.update(name.encode() + b"\0" + value.encode("utf-8", "replace") + b"\0")
-    return h.hexdigest()[:32]
-
-
 def session_key(tenant: str, client_session: str | None, first_user: str) -> str:
     basis = f"id:{client_session}" if client_session else f"first:{first_user}"
     return hashlib.sha256(f"{tenant}\0{basis}".encode("utf-8", "replace")).hexdigest()[:32]
+
+
+def private_cache(directory: Path) -> diskcache.Cache:
+    """A diskcache only this user can read: the directory 0700, every file in it 0600.
+
+    Why: sessions hold tool definitions and what the user's conversations found, the
+    embedding cache the tools' descriptions: the user's business, like telemetry.
+    diskcache creates files with the process umask (0644), so: the directory is made (or,
+    made by an older version, tightened to) 0700, which alone puts its contents out of
+    others' reach; values never spill to files of their own; and ``cache.db`` is made
+    0600, whose mode SQLite gives its ``-wal`` and ``-shm`` files when it creates them."""
+    directory = directory.expanduser()
+    private_dir(directory)
+    directory.chmod(0o700)
+    cache = diskcache.Cache(str(directory), disk_min_file_size=_NEVER_SPILL)
+    for name in (DBNAME, f"{DBNAME}-wal", f"{DBNAME}-shm"):
+        with suppress(FileNotFoundError):
+            (directory / name).chmod(0o600)
+    return cache
+
+
+def _union(old: Iterable[str], new: Iterable[str]) -> list[str]:
+    """``old`` then the names of ``new`` it lacks, in order; the newest ``MAX_NAMES``."""
+    return list(dict.fromkeys([*old, *new]))[-MAX_NAMES:]
+
+
+def _definition_key(digest: str) -> str:
+    return f"def:{digest}"
 
 
 def _alias(tenant: str, response_id: str) -> str:
     return "chain:" + hashlib.sha256(f"{tenant}\0{response_id}".encode("utf-8", "replace")).hexdigest()[:32]
 
 
+def _state(data: Any) -> SessionState:
+    """A fresh state from a stored entry (fields named one by one: an entry written by an
+    older version reads as what it shares with this one)."""
+    if not isinstance(data, dict):
+        return SessionState()
+    return SessionState(list(data.get("kept", ())), list(data.get("expanded", ())), dict(data.get("catalog", {})),
+                        str(data.get("api", "")), float(data.get("refreshed", 0.0)))
+
+
+def _entry(state: SessionState) -> dict[str, Any]:
+    return {"kept": state.kept, "expanded": state.expanded, "catalog": state.catalog, "api": state.api,
+            "refreshed": state.refreshed}
+
+
 class SessionStore:
-    """diskcache-backed store with a sliding TTL and periodic cleanup of expired entries."""
+    """diskcache-backed store with a sliding TTL and periodic cleanup of expired entries.
+
+    Definitions (``def:<digest>``) are shared across sessions and tenants. That leaks
+    nothing: a session only ever reads the digests its own requests recorded, and to name
+    another tenant's definition by digest one must already know its exact text. Nor does
+    it tell whether another tenant sent a definition: a request that brings one behaves
+    the same whether it was stored already or not.
+
+    Their expiry: a definition lives ``2 × ttl`` from when it was written or last
+    refreshed, and a session refreshes all of its own once per ``ttl`` (on an update at
+    least ``ttl`` after the last refresh). A session lives ``ttl`` past its last update,
+    so it never outlives its definitions, an unreferenced definition is gone within
+    ``2 × ttl`` by diskcache's own expiry (the periodic cleanup), and a turn costs no
+    per-definition write. A sweep finding unreferenced digests would have to read every
+    session, and would race with a proxy sharing the directory that just recorded one.
+    """
 
     def __init__(self, directory: Path, ttl: float = 3600.0, cleanup_interval: float = 300.0):
-        directory.mkdir(parents=True, exist_ok=True)
-        self._cache = diskcache.Cache(str(directory))
+        self._cache = private_cache(directory)
         self._ttl = ttl
         self._cleanup_interval = cleanup_interval
         self._last_cleanup = 0.0
         self._lock = threading.Lock()
 
     def get(self, key: str) -> SessionState:
+        """A snapshot, for reading only: a change goes through ``update``."""
         self._maybe_cleanup()
-        data = self._cache.get(key)
-        return SessionState(**data) if isinstance(data, dict) else SessionState()
+        return _state(self._cache.get(key))
 
-    def put(self, key: str, state: SessionState) -> None:
-        self._cache.set(key, asdict(state), expire=self._ttl)
+    def update(self, key: str, change: Callable[[SessionState], T]) -> T:
+        """Read, change and write one session in one transaction; ``change``'s result.
 
-    def update(self, key: str, change: Callable[[SessionState], object]) -> SessionState:
-        """Read, change and write one session atomically (flows of one session may overlap).
-
-        ``change`` returning False means nothing changed: the entry's TTL is refreshed
-        instead of rewriting a catalog that may hold thousands of definitions."""
+        Keep ``change`` short: the whole store is locked for writes while it runs. A state
+        it leaves unchanged only has its TTL refreshed (a new session stays unwritten)."""
+        self._maybe_cleanup()
         with self._cache.transact():
-            state = self.get(key)
-            if change(state) is False and key in self._cache:
+            data = self._cache.get(key)
+            before, state = _state(data), _state(data)
+            result = change(state)
+            now = time.time()
+            if state.catalog and now - state.refreshed >= self._ttl:
+                state.refreshed = now
+            if state == before:
                 self._cache.touch(key, expire=self._ttl)
             else:
-                self.put(key, state)
-        return state
+                self._write_definitions(state, refresh=state.refreshed != before.refreshed,
+                                        known=set(before.catalog.values()))
+                self._cache.set(key, _entry(state), expire=self._ttl)
+        return result
+
+    def definitions(self, digests: Iterable[str]) -> dict[str, str]:
+        """digest -> definition, for those still stored."""
+        out = {}
+        for digest in digests:
+            if isinstance(raw := self._cache.get(_definition_key(digest)), str):
+                out[digest] = raw
+        return out
+
+    def _write_definitions(self, state: SessionState, refresh: bool, known: set[str]) -> None:
+        """Extend the expiry of the state's new definitions (all of them on ``refresh``),
+        writing those not stored yet that this update brings."""
+        expire = 2 * self._ttl
+        for digest in set(state.catalog.values()) if refresh else set(state.catalog.values()) - known:
+            key = _definition_key(digest)
+            if not self._cache.touch(key, expire=expire) and digest in state.incoming:
+                self._cache.set(key, state.incoming[digest], expire=expire)
 
     def link(self, tenant: str, response_id: str, session: str, pending: list[str], head: str | None = None) -> None:
         """Remember which session a stored response belongs to (and what it still awaits), so a

@@ -33,7 +33,7 @@ MITMDUMP = Path(sys.executable).parent / "mitmdump"
 #: Seconds to wait for mitmdump to listen; generous for loaded CI machines.
 STARTUP_TIMEOUT = float(os.environ.get("E2E_STARTUP_TIMEOUT", "120"))
 
-LISTEN_RE = re.compile(r"HTTP\(S\) proxy listening at 127\.0\.0\.1:(\d+)\.")
+LISTEN_RE = re.compile(r"HTTP\(S\) proxy (?:\(\w+ mode\) )?listening at 127\.0\.0\.1:(\d+)\.")
 
 #: Real provider hosts (as regexes) that map-remote sends to the fake provider.
 PROVIDER_HOSTS: dict[str, str] = {
@@ -235,6 +235,8 @@ class MitmDump:
                     if not chunk:
                         raise ConnectionError("proxy closed the connection during CONNECT")
                     head += chunk
+                if head.startswith(b"HTTP/1.1 407"):  # a proxy that wants credentials is up
+                    return
                 if not head.startswith(b"HTTP/1.1 200"):
                     raise ConnectionError(f"CONNECT answered {head[:100]!r}")
                 self.ssl_context().wrap_socket(sock, server_hostname="api.anthropic.com").close()

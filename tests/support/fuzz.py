@@ -50,12 +50,21 @@ _SCHEMAS = [
 
 
 class Gen(Random):
-    """A seeded ``Random`` that makes the values requests and answers are built from."""
+    """A seeded ``Random`` that makes the values requests and answers are built from.
+    ``utf8``: no lone surrogates (an upstream's UTF-8 stream cannot carry them raw)."""
+
+    def __init__(self, seed: int, utf8: bool = False) -> None:
+        super().__init__(seed)
+        self.utf8 = utf8
 
     def maybe(self, p: float = 0.5) -> bool:
         return self.random() < p
 
     def text(self) -> str:
+        text = self._text()
+        return text.encode("utf-8", "replace").decode("utf-8") if self.utf8 else text
+
+    def _text(self) -> str:
         if self.maybe(0.7):
             return self.choice(_TEXTS)
         return "".join(chr(self.choice([self.randint(32, 126), self.randint(0xA0, 0xD7FF), self.randint(0xE000, 0x10FFFF)]))
@@ -240,6 +249,7 @@ def converse_request(g: Gen) -> dict[str, Any]:
 
 
 GENS = st.integers(0, 2**64).map(Gen)
+UTF8_GENS = st.integers(0, 2**64).map(lambda seed: Gen(seed, utf8=True))
 REQUESTS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "anthropic": GENS.map(anthropic_request),
     "openai_chat": GENS.map(openai_chat_request),

@@ -151,43 +151,43 @@ Decoder = Callable[[], Any]
 DECODERS: dict[str, tuple[Decoder, st.SearchStrategy[bytes], Callable[[bytes], st.SearchStrategy[bytes]]]] = {
     "anthropic": (
         anthropic.AnthropicStreamDecoder,
-        fuzz.GENS.map(fuzz.anthropic_message).map(anthropic.encode)
+        fuzz.UTF8_GENS.map(fuzz.anthropic_message).map(anthropic.encode)
         | st.sampled_from(["anthropic_thinking_tool.sse", "anthropic_server_tools_crlf.sse",
                            "anthropic_error.sse"]).map(fixture),
         fuzz.hostile_sse,
     ),
     "openai_chat": (
         openai_chat.ChatCompletionStreamDecoder,
-        st.builds(openai_chat.encode, fuzz.GENS.map(fuzz.chat_completion), st.booleans())
+        st.builds(openai_chat.encode, fuzz.UTF8_GENS.map(fuzz.chat_completion), st.booleans())
         | st.sampled_from(["openai_chat_tools_usage.sse", "openai_chat_refusal_no_usage.sse"]).map(fixture),
         fuzz.hostile_sse,
     ),
     "openai_responses": (
         openai_responses.ResponsesStreamDecoder,
-        fuzz.GENS.map(fuzz.responses_response).map(openai_responses.encode)
+        fuzz.UTF8_GENS.map(fuzz.responses_response).map(openai_responses.encode)
         | st.just("openai_responses_reasoning_tool.sse").map(fixture),
         fuzz.hostile_sse,
     ),
     "gemini_sse": (
         gemini.GeminiStreamDecoder,
-        fuzz.GENS.map(fuzz.gemini_response).map(gemini.encode) | st.just("gemini_thoughts_calls.sse").map(fixture),
+        fuzz.UTF8_GENS.map(fuzz.gemini_response).map(gemini.encode) | st.just("gemini_thoughts_calls.sse").map(fixture),
         fuzz.hostile_sse,
     ),
     "gemini_array": (
         gemini.GeminiStreamDecoder,
-        fuzz.GENS.map(fuzz.gemini_response).map(lambda r: gemini.encode(r, sse=False))
+        fuzz.UTF8_GENS.map(fuzz.gemini_response).map(lambda r: gemini.encode(r, sse=False))
         | st.just("gemini_text_array.json").map(fixture),
         fuzz.hostile_array,
     ),
     "bedrock_converse": (
         bedrock.ConverseStreamDecoder,
-        fuzz.GENS.map(fuzz.converse_response).map(bedrock.encode_converse)
+        fuzz.UTF8_GENS.map(fuzz.converse_response).map(bedrock.encode_converse)
         | st.sampled_from(["bedrock_converse_tool.bin", "bedrock_converse_throttled.bin"]).map(fixture),
         lambda stream: fuzz.hostile_frames(stream, invoke=False),
     ),
     "bedrock_invoke": (
         bedrock.InvokeStreamDecoder,
-        fuzz.GENS.map(fuzz.anthropic_message).map(bedrock.encode_invoke) | st.just("bedrock_invoke_claude.bin").map(fixture),
+        fuzz.UTF8_GENS.map(fuzz.anthropic_message).map(bedrock.encode_invoke) | st.just("bedrock_invoke_claude.bin").map(fixture),
         lambda stream: fuzz.hostile_frames(stream, invoke=True),
     ),
 }

@@ -23,11 +23,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-import diskcache
 import numpy as np
 from loguru import logger
 
 from ..providers.base import Tool
+from ..sessions import private_cache
 from .documents import EMBEDDING_VIEW_WEIGHTS, embedding_views
 from .index_cache import IndexCache
 
@@ -82,7 +82,8 @@ class Embedder:
         )
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._tokenizer = tokenizer
-        self._disk = diskcache.Cache(str(Path(cache_dir) / "embeddings")) if cache_dir else None
+        # Private like the sessions: the vectors stand for the user's tool descriptions.
+        self._disk = private_cache(Path(cache_dir) / "embeddings") if cache_dir else None
         self.catalogs: IndexCache[np.ndarray] = IndexCache(self._embed_catalog)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -16,6 +16,9 @@ Contract, for every API (one module per API in this package):
 - ``end_round()``: the round's upstream body ended. Returns what the loop needs: the
   round's assembled message (phantom calls included), whether the API's terminal
   event came, and the upstream error if one came.
+  After an error, ``finish()`` returns only what is still owed to the client (the error
+  event itself when the upstream left it unterminated, the API's end marker) and nothing
+  else; the runner always calls it.
 - ``next_round()``: the runner re-forwards; the next ``feed`` is round k+1. Its start
   events are swallowed, its indexes continue after what the client has seen.
 - ``finish()``: the round just ended was the last: the held closing events, with the
