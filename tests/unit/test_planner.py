@@ -1,0 +1,177 @@
+"""The planner's use of the session: sticky kept sets, found tools, earlier catalogs, callers
+without a credential, and flows of one session that overlap (sub-agents)."""
+
+import json
+import threading
+
+import pytest
+
+from tooldisco.config import parse
+from tooldisco.engine import Engine
+from tooldisco.providers.anthropic import AnthropicAdapter
+from tooldisco.runner import Answer
+
+from tests.support.catalog import anthropic_tools
+
+A = AnthropicAdapter()
+P = "gateway_search_tools"
+TOOLS = anthropic_tools(60)
+WEATHER = {"mcp__weather__get_forecast", "mcp__weather__get_current_weather"}
+SLACK = {"mcp__slack__post_message", "mcp__slack__list_channels", "mcp__slack__add_reaction"}
+POSTGRES = {"mcp__postgres__run_query", "mcp__postgres__list_tables", "mcp__postgres__describe_table"}
+CALENDAR = {"mcp__calendar__create_event", "mcp__calendar__list_events"}
+TOPICS = {"weather forecast for Paris": WEATHER, "post a slack message to the channels": SLACK,
+          "run a sql query on the postgresql database tables": POSTGRES, "list upcoming calendar events": CALENDAR}
+
+
+def headers(session="s1", key="sk-test"):
+    out = {"x-claude-code-session-id": session} if session else {}
+    return out | ({"x-api-key": key} if key else {})
+
+
+def body(text, tools=TOOLS):
+    return json.dumps({"model": "m", "max_tokens": 9, "tools": tools,
+                       "messages": [{"role": "user", "content": text}]}).encode()
+
+
+@pytest.fixture
+def make(tmp_path):
+    engines = []
+
+    def make_engine(**td):
+        cfg = {"pipes": {"tool_discovery": {"enabled": True, **td}},
+               "sessions": {"dir": str(tmp_path / "s")}, "telemetry": {"enabled": False}}
+        engines.append(Engine(parse(cfg)))
+        return engines[-1]
+
+    yield make_engine
+    for e in engines:
+        e.close()
+
+
+@pytest.fixture
+def relevance(make):
+    return make(strategy="relevance", max_tools=12, min_tools=3)
+
+
+@pytest.fixture
+def tool_search(make):
+    return make(strategy="tool-search", search={"backend": "bm25"}, defer={"upfront": 4})
+
+
+def forwarded(engine, text, tools=TOOLS, **kw) -> list[dict]:
+    prepared = engine.prepare(A, headers(**kw), body(text, tools))
+    assert prepared.body is not None
+    return json.loads(prepared.body)["tools"]
+
+
+def names(tools: list[dict]) -> list[str]:
+    return [t["name"] for t in tools]
+
+
+# --- the sticky kept set ---------------------------------------------------------------------
+
+
+def test_a_follow_up_forwards_the_same_tools_and_a_new_topic_only_adds(relevance):
+    first = forwarded(relevance, "weather forecast for Paris")
+    assert WEATHER <= set(names(first))
+    assert forwarded(relevance, "thanks, and tomorrow?") == first  # byte-identical: the cache keeps hitting
+    third = names(forwarded(relevance, "post a slack message to the channels"))
+    assert set(names(first)) | SLACK <= set(third)
+    assert third == [n for n in names(TOOLS) if n in third]  # the client's order
+
+
+def test_sub_agents_of_one_session_do_not_thrash_each_others_kept_set(relevance):
+    """Two sub-agents with other tools share the session id; each keeps its own set."""
+    main, sub = TOOLS[:30], TOOLS[30:]
+    a1 = forwarded(relevance, "weather forecast for Paris", main)
+    b1 = forwarded(relevance, "export the invoice records", sub)
+    assert forwarded(relevance, "thanks, and tomorrow?", main) == a1
+    assert forwarded(relevance, "thanks, go on", sub) == b1
+
+
+def test_the_tool_search_upfront_set_is_sticky(tool_search):
+    first = forwarded(tool_search, "weather forecast for Paris")
+    assert names(first)[-1] == P and WEATHER <= set(names(first))
+    assert forwarded(tool_search, "thanks, and tomorrow?") == first
+
+
+# --- found and earlier tools -----------------------------------------------------------------
+
+
+def final(text="done"):
+    return {"id": "msg_2", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 2}}
+
+
+async def search_for(engine, query, **kw):
+    """One turn whose model searches once with ``query``, then answers."""
+    prepared = engine.prepare(A, headers(**kw), body("help me"))
+    call = {"type": "tool_use", "id": "toolu_s", "name": P, "input": {"query": query}}
+    first = final() | {"id": "msg_1", "content": [call], "stop_reason": "tool_use"}
+
+    async def open_(_):
+        return Answer.whole(200, json.dumps(final()).encode())
+
+    reply = await engine.runner(prepared.context).buffered(Answer.whole(200, json.dumps(first).encode()), open_)
+    assert reply.status == 200 and P.encode() not in reply.body and prepared.context.record.searches[0].matched
+    return prepared.context
+
+
+async def test_tools_found_by_a_search_are_forwarded_next_turn_after_the_search_tool(tool_search):
+    await search_for(tool_search, "select:mcp__svc0__get_invoice_0")
+    tools = forwarded(tool_search, "thanks")
+    assert names(tools)[-2:] == [P, "mcp__svc0__get_invoice_0"]
+    assert tools[-1] == next(t for t in TOOLS if t["name"] == "mcp__svc0__get_invoice_0")
+
+
+def test_tools_deferred_earlier_and_absent_now_stay_searchable(tool_search):
+    tool_search.prepare(A, headers(), body("weather forecast for Paris"))
+    ctx = tool_search.prepare(A, headers(), body("thanks", TOOLS[:30])).context
+    for tool in TOOLS[30:]:  # the original definitions, read back from the store
+        assert json.loads(ctx.catalog[tool["name"]].raw) == tool
+
+
+def test_two_tenants_sharing_a_catalog_store_its_definitions_once(tool_search):
+    ctx = tool_search.prepare(A, headers(key="k1"), body("weather forecast")).context
+    tool_search.prepare(A, headers(key="k2"), body("weather forecast"))
+    assert len(ctx.catalog) == 60 - 4 and len(tool_search.store) == 2 + len(ctx.catalog)
+
+
+# --- a caller without a credential -----------------------------------------------------------
+
+
+async def test_a_caller_without_a_credential_leaves_no_state(tool_search, relevance):
+    ctx = await search_for(tool_search, "select:mcp__svc0__get_invoice_0", key=None)
+    assert not ctx.persist
+    assert "mcp__svc0__get_invoice_0" not in names(forwarded(tool_search, "thanks", key=None))
+    first = forwarded(relevance, "weather forecast for Paris", key=None)
+    assert forwarded(relevance, "thanks, and tomorrow?", key=None) != first  # nothing was sticky
+    assert len(tool_search.store) == 0  # the same directory as relevance's
+
+
+# --- flows of one session at the same time ---------------------------------------------------
+
+
+def test_concurrent_flows_of_one_session_lose_no_kept_tool(relevance):
+    """Four sub-agents of one session, each on its own topic, all at once: each topic's tools
+    end up in the sticky set (a read apart from its write would lose some)."""
+    start = threading.Barrier(len(TOPICS))
+    failures = []
+
+    def flow(text):
+        start.wait()
+        for _ in range(5):
+            try:
+                assert TOPICS[text] <= set(names(forwarded(relevance, text)))
+            except Exception as e:  # reported from the main thread
+                failures.append(e)
+
+    threads = [threading.Thread(target=flow, args=(text,)) for text in TOPICS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    assert set().union(*TOPICS.values()) <= set(names(forwarded(relevance, "thanks, and tomorrow?")))
