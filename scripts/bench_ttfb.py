@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time to first event and to last byte of a streamed answer, direct vs through the proxy.
 
-    .venv/bin/python scripts/bench_ttfb.py [--runs 20] [--delay 0.1] [--tools 60] [--stagger 0.037]
+    .venv/bin/python scripts/bench_ttfb.py [--runs 20] [--delay 0.1] [--tools 60] [--concurrency 4]
 
 A fake provider (``tests/fakeprovider``, in its own process) streams every answer with
 ``--delay`` seconds between events. For each streaming API the project speaks, the same
@@ -23,9 +23,11 @@ one stream; for direct and plain mitmdump the two rounds the addon really sent u
 time comes from its telemetry (``searches[].latency_ms``).
 
 Runs come in waves, so the whole bench stays within minutes: each wave runs every
-(turn, API, path) once, in shuffled order, started ``--stagger`` seconds apart (a fraction
-of the delay, so events of different streams rarely coincide); the three paths share the
-same background load. Prints markdown tables and PASS/FAIL per acceptance check; exits 0.
+(turn, API, path) once, in shuffled order, at most ``--concurrency`` at a time and starts at
+least ``--stagger`` seconds apart (a fraction of the delay, so two requests are rarely
+processed at once); a paced stream is idle between events, and the three paths share the
+same background load. ``--concurrency 1`` times each run alone (about 20 minutes at the
+defaults). Prints markdown tables and PASS/FAIL per acceptance check; exits 0.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ sys.path[:0] = [str(ROOT)]
 from tests.e2e.harness import ADDON_PATH, MitmDump, scrubbed_env  # noqa: E402
 from tests.fakeprovider import SEARCH_TOOL, reply, search  # noqa: E402
 from tests.fakeprovider.providers.bedrock import TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY  # noqa: E402
-from tests.support.catalog import anthropic_tools, tool_specs  # noqa: E402
+from tests.support.catalog import anthropic_tools  # noqa: E402
 
 SHIPPED_CONFIG = ROOT / "configs" / "tool_discovery.yaml"
 PATHS = ("direct", "mitmdump", "addon")
@@ -97,50 +99,61 @@ class Api:
 
 
 @functools.cache
-def _schema_tools(n: int) -> list[dict[str, Any]]:
-    """The catalog's first ``n`` tools, built once (bodies are made while other runs stream)."""
+def catalog(n: int) -> list[dict[str, Any]]:
+    """The first ``n`` catalog tools (Anthropic shape), built once: bodies are made while other runs stream."""
     return anthropic_tools(n)
 
 
-def _openai_functions(n: int) -> list[dict[str, Any]]:
+def functions(n: int) -> list[dict[str, Any]]:
     return [{"type": "function", "name": t["name"], "description": t["description"], "parameters": t["input_schema"]}
-            for t in _schema_tools(n)]
+            for t in catalog(n)]
 
 
-def _gemini_body(text: str, n: int) -> dict[str, Any]:
+def anthropic_body(text: str, n: int) -> dict[str, Any]:
+    return {"model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": True, "tools": catalog(n),
+            "messages": [{"role": "user", "content": text}]}
+
+
+def chat_body(text: str, n: int) -> dict[str, Any]:
+    tools = [{"type": "function", "function": {k: v for k, v in f.items() if k != "type"}} for f in functions(n)]
+    return {"model": "gpt-5", "stream": True, "stream_options": {"include_usage": True}, "tools": tools,
+            "messages": [{"role": "user", "content": text}]}
+
+
+def responses_body(text: str, n: int) -> dict[str, Any]:
+    return {"model": "gpt-5", "stream": True, "store": False, "tools": functions(n), "input": text}
+
+
+def gemini_body(text: str, n: int) -> dict[str, Any]:
     decls = [{"name": t["name"], "description": t["description"], "parametersJsonSchema": t["input_schema"]}
-             for t in _schema_tools(n)]
+             for t in catalog(n)]
     return {"contents": [{"role": "user", "parts": [{"text": text}]}], "tools": [{"functionDeclarations": decls}]}
 
 
+def converse_body(text: str, n: int) -> dict[str, Any]:
+    specs = [{"toolSpec": {"name": t["name"], "description": t["description"],
+                           "inputSchema": {"json": t["input_schema"]}}} for t in catalog(n)]
+    return {"messages": [{"role": "user", "content": [{"text": text}]}], "toolConfig": {"tools": specs}}
+
+
+def invoke_body(text: str, n: int) -> dict[str, Any]:
+    return {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 1024, "tools": catalog(n),
+            "messages": [{"role": "user", "content": text}]}
+
+
 JSON = {"content-type": "application/json"}
+OPENAI = {**JSON, "authorization": "Bearer sk-bench"}
+GOOGLE = {**JSON, "x-goog-api-key": "bench-key"}
 APIS = [
-    Api("anthropic", "Anthropic SSE", "https://api.anthropic.com/v1/messages",
-        lambda text, n: {"model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": True, "tools": _schema_tools(n),
-                         "messages": [{"role": "user", "content": text}]},
+    Api("anthropic", "Anthropic SSE", "https://api.anthropic.com/v1/messages", anthropic_body,
         {**JSON, "x-api-key": "sk-ant-bench", "anthropic-version": "2023-06-01"}),
-    Api("chat", "OpenAI Chat SSE", "https://api.openai.com/v1/chat/completions",
-        lambda text, n: {"model": "gpt-5", "stream": True, "stream_options": {"include_usage": True},
-                         "tools": [{"type": "function", "function": {k: v for k, v in f.items() if k != "type"}}
-                                   for f in _openai_functions(n)],
-                         "messages": [{"role": "user", "content": text}]},
-        {**JSON, "authorization": "Bearer sk-bench"}),
-    Api("responses", "OpenAI Responses SSE", "https://api.openai.com/v1/responses",
-        lambda text, n: {"model": "gpt-5", "stream": True, "store": False, "tools": _openai_functions(n),
-                         "input": text},
-        {**JSON, "authorization": "Bearer sk-bench"}),
-    Api("gemini_sse", "Gemini alt=sse", GEMINI + "?alt=sse", _gemini_body, {**JSON, "x-goog-api-key": "bench-key"}),
-    Api("gemini_json", "Gemini JSON array", GEMINI, _gemini_body, {**JSON, "x-goog-api-key": "bench-key"}),
-    Api("converse", "Bedrock ConverseStream", f"{BEDROCK}/converse-stream",
-        lambda text, n: {"messages": [{"role": "user", "content": [{"text": text}]}],
-                         "toolConfig": {"tools": [{"toolSpec": {"name": t["name"], "description": t["description"],
-                                                                "inputSchema": {"json": t["input_schema"]}}}
-                                                  for t in _schema_tools(n)]}},
-        JSON, sigv4=True),
-    Api("invoke", "Bedrock InvokeModel stream", f"{BEDROCK}/invoke-with-response-stream",
-        lambda text, n: {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 1024, "tools": _schema_tools(n),
-                         "messages": [{"role": "user", "content": text}]},
-        JSON, sigv4=True),
+    Api("chat", "OpenAI Chat SSE", "https://api.openai.com/v1/chat/completions", chat_body, OPENAI),
+    Api("responses", "OpenAI Responses SSE", "https://api.openai.com/v1/responses", responses_body, OPENAI),
+    Api("gemini_sse", "Gemini alt=sse", GEMINI + "?alt=sse", gemini_body, GOOGLE),
+    Api("gemini_json", "Gemini JSON array", GEMINI, gemini_body, GOOGLE),
+    Api("converse", "Bedrock ConverseStream", f"{BEDROCK}/converse-stream", converse_body, JSON, sigv4=True),
+    Api("invoke", "Bedrock InvokeModel stream", f"{BEDROCK}/invoke-with-response-stream", invoke_body, JSON,
+        sigv4=True),
 ]
 
 
@@ -257,9 +270,8 @@ def check_answer(api: Api, text: str, *, hidden: bool = True) -> None:
 
 @dataclass
 class Route:
-    """One way to the fake: its URL for an API and a kept-alive client per (turn, API)."""
+    """One way to the fake: its URL for an API, and how to make a client that goes that way."""
 
-    name: str
     url: Callable[[Api], str]
     client: Callable[[], httpx.AsyncClient]
 
@@ -273,17 +285,21 @@ class Rounds:
 
 
 class Bench:
-    def __init__(self, paths: dict[str, Route], tools: int, rounds: dict[str, Rounds]) -> None:
-        self.paths = paths
+    """The runs: one (turn, API, path) at a time, or a wave of all of them."""
+
+    def __init__(self, routes: dict[str, Route], tools: int, concurrency: int, stagger: float) -> None:
+        self.routes = routes
         self.tools = tools
-        self.rounds = rounds
+        self.concurrency = concurrency
+        self.stagger = stagger
+        self.rounds: dict[str, Rounds] = {}
         self.clients: dict[tuple[str, str, str], httpx.AsyncClient] = {}
 
     def client(self, turn: str, api: Api, path: str) -> httpx.AsyncClient:
         """One connection per (turn, API, path), opened in the warm-up wave and reused after."""
         key = (turn, api.tag, path)
         if key not in self.clients:
-            self.clients[key] = self.paths[path].client()
+            self.clients[key] = self.routes[path].client()
         return self.clients[key]
 
     def body(self, turn: str, api: Api) -> bytes:
@@ -292,7 +308,7 @@ class Bench:
         return json.dumps(api.body(f"{QUESTION} [{marker} {uuid.uuid4().hex[:12]}]", self.tools)).encode()
 
     async def run(self, turn: str, api: Api, path: str) -> Timing:
-        client, url = self.client(turn, api, path), self.paths[path].url(api)
+        client, url = self.client(turn, api, path), self.routes[path].url(api)
         if turn == "plain" or path == "addon":
             first, last, text = await stream_once(client, url, api, self.body(turn, api))
             check_answer(api, text)
@@ -305,16 +321,24 @@ class Bench:
         check_answer(api, text2, hidden=False)
         return Timing(first, end1 + end2, end1)
 
-    async def wave(self, stagger: float, seed: int) -> list[tuple[tuple[str, str, str], Timing | BaseException]]:
-        """Every (turn, API, path) once, shuffled, started ``stagger`` seconds apart."""
+    async def wave(self, seed: int) -> list[tuple[tuple[str, str, str], Timing | BaseException]]:
+        """Every (turn, API, path) once, shuffled; ``concurrency`` at a time, ``stagger`` apart."""
         jobs = [(turn, api, path) for turn in TURNS for api in APIS for path in PATHS]
         random.Random(seed).shuffle(jobs)
+        slots = asyncio.Semaphore(self.concurrency)
+        loop = asyncio.get_running_loop()
+        next_start = loop.time()
 
-        async def delayed(i: int, turn: str, api: Api, path: str) -> Timing:
-            await asyncio.sleep(i * stagger)
-            return await self.run(turn, api, path)
+        async def one(turn: str, api: Api, path: str) -> Timing:
+            nonlocal next_start
+            async with slots:
+                now = loop.time()
+                start = max(now, next_start)
+                next_start = start + self.stagger
+                await asyncio.sleep(start - now)
+                return await self.run(turn, api, path)
 
-        results = await asyncio.gather(*(delayed(i, *job) for i, job in enumerate(jobs)), return_exceptions=True)
+        results = await asyncio.gather(*(one(*job) for job in jobs), return_exceptions=True)
         return [((turn, api.tag, path), res) for (turn, api, path), res in zip(jobs, results)]
 
     async def close(self) -> None:
@@ -347,7 +371,7 @@ def aws_chain(tmp: Path) -> None:
                       AWS_PROFILE="bench", AWS_EC2_METADATA_DISABLED="true")
 
 
-def paths(fake: Fake, plain: MitmDump, addon: MitmDump) -> dict[str, Route]:
+def routes(fake: Fake, plain: MitmDump, addon: MitmDump) -> dict[str, Route]:
     timeout = httpx.Timeout(60.0, connect=30.0)
     one = httpx.Limits(max_connections=1)
 
@@ -356,10 +380,10 @@ def paths(fake: Fake, plain: MitmDump, addon: MitmDump) -> dict[str, Route]:
         return lambda: httpx.AsyncClient(proxy=proxy.url, verify=ctx, trust_env=False, timeout=timeout, limits=one)
 
     return {
-        "direct": Route("direct", lambda api: api.direct_url(fake.url),
+        "direct": Route(lambda api: api.direct_url(fake.url),
                         lambda: httpx.AsyncClient(trust_env=False, timeout=timeout, limits=one)),
-        "mitmdump": Route("mitmdump", lambda api: api.url, via(plain)),
-        "addon": Route("addon", lambda api: api.url, via(addon)),
+        "mitmdump": Route(lambda api: api.url, via(plain)),
+        "addon": Route(lambda api: api.url, via(addon)),
     }
 
 
@@ -367,16 +391,18 @@ async def capture(bench: Bench, fake: Fake) -> dict[str, dict[str, int]]:
     """Per API, one unpaced answer of each kind: what the addon sent upstream on a search turn
     (replayed later by the other paths), and how many events each answer has."""
     events: dict[str, dict[str, int]] = {}
-    client = bench.paths["addon"].client()
+    client = bench.routes["addon"].client()
     try:
         for api in APIS:
             fake.reset(0)
             await stream_once(client, api.url, api, bench.body("plain", api))
             _, _, text = await stream_once(client, api.url, api, bench.body("search", api))
             check_answer(api, text)
-            plain, first, second = fake.requests()
-            if [r["status"] for r in (plain, first, second)] != [200] * 3 or SEARCH_TOOL not in json.dumps(first["reply"]):
-                raise BenchError(f"{api.label}: the addon's search turn went wrong: {[r['error'] for r in (first, second)]}")
+            recs = fake.requests()
+            if [r["status"] for r in recs] != [200] * 3 or SEARCH_TOOL not in json.dumps(recs[1]["reply"]):
+                raise BenchError(f"{api.label}: expected a plain answer and a search turn of two rounds upstream, "
+                                 f"got {[(r['status'], r['error'], r['reply']) for r in recs]}")
+            plain, first, second = recs
             bench.rounds[api.tag] = Rounds(base64.b64decode(first["body_b64"]), base64.b64decode(second["body_b64"]))
             events[api.tag] = {"plain": len(plain["event_times"]), "round1": len(first["event_times"]),
                                "round2": len(second["event_times"])}
@@ -472,13 +498,13 @@ def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, 
 async def measure(bench: Bench, fake: Fake, args: argparse.Namespace) -> tuple[dict, dict, float, list[str]]:
     events = await capture(bench, fake)
     fake.reset(args.delay)
-    await bench.wave(args.stagger, seed=-1)  # warm-up: opens every connection the timed waves reuse
+    await bench.wave(seed=-1)  # warm-up: opens every connection the timed waves reuse
     since = time.time()
     results: dict[tuple[str, str, str], list[Timing]] = defaultdict(list)
     errors: list[str] = []
     for run in range(args.runs):
         fake.reset(args.delay)
-        for key, res in await bench.wave(args.stagger, seed=run):
+        for key, res in await bench.wave(seed=run):
             if isinstance(res, Timing):
                 results[key].append(res)
             else:
@@ -493,10 +519,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20, help="timed runs of every (turn, API, path)")
     ap.add_argument("--delay", type=float, default=0.1, help="seconds the fake waits between streamed events")
     ap.add_argument("--tools", type=int, default=60, help="tools in every request (the shipped config defers them)")
-    ap.add_argument("--stagger", type=float, default=None, help="seconds between job starts in a wave (default 0.37 × delay)")
+    ap.add_argument("--concurrency", type=int, default=4, help="runs in flight at once")
+    ap.add_argument("--stagger", type=float, default=None,
+                    help="least seconds between two starts (default 0.37 × delay)")
     args = ap.parse_args()
     args.stagger = 0.37 * args.delay if args.stagger is None else args.stagger
-    assert len(tool_specs(args.tools)) == args.tools
 
     with tempfile.TemporaryDirectory(prefix="bench_ttfb_") as tmp_name:
         tmp = Path(tmp_name)
@@ -508,7 +535,7 @@ def main() -> None:
         try:
             plain.start()
             addon.start()
-            bench = Bench(paths(fake, plain, addon), args.tools, {})
+            bench = Bench(routes(fake, plain, addon), args.tools, args.concurrency, args.stagger)
             t0 = time.monotonic()
             results, events, since, errors = asyncio.run(measure(bench, fake, args))
             elapsed = time.monotonic() - t0
@@ -519,7 +546,8 @@ def main() -> None:
         search_ms, deferred = telemetry(addon.workdir / "telemetry.jsonl", since)
 
     print(f"# Time to first event, {args.runs} runs, {args.tools} tools, {args.delay * 1000:.0f} ms between events, "
-          f"jobs {args.stagger * 1000:.0f} ms apart ({elapsed:.0f} s)\n")
+          f"{args.concurrency} runs in flight, starts ≥ {args.stagger * 1000:.0f} ms apart ({elapsed:.0f} s, "
+          f"load average {os.getloadavg()[1]:.2f} over the last 5 min on {os.cpu_count()} CPUs)\n")
     report(results, events, search_ms, deferred)
     if errors:
         print(f"\n{len(errors)} failed runs (left out of the tables):")

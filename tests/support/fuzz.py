@@ -338,6 +338,11 @@ def mutated(draw: Draw, value: Any) -> Any:
     return value
 
 
+# What text damage inserts: a body is decoded UTF-8, so no lone surrogate appears raw.
+_INSERTS = [t for t in _TEXTS if t.encode("utf-8", "ignore").decode("utf-8") == t]
+_INSERTS += ['"', "{", "]", ",", "\\", ":"]
+
+
 @st.composite
 def mutated_text(draw: Draw, text: str) -> str:
     """Text-level damage: truncation, stray characters, a deleted or repeated slice, a
@@ -349,7 +354,7 @@ def mutated_text(draw: Draw, text: str) -> str:
         if op == "truncate":
             text = text[:at]
         elif op == "insert":
-            text = text[:at] + rnd.choice([*_TEXTS, '"', "{", "]", ",", "\\", ":"]) + text[at:]
+            text = text[:at] + rnd.choice(_INSERTS) + text[at:]
         elif op in ("delete", "repeat"):
             end = rnd.randint(at, min(len(text), at + 40))
             text = text[:end] + text[at:] if op == "repeat" else text[:at] + text[end:]

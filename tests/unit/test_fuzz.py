@@ -5,15 +5,19 @@ arrives, the engine must handle it or fail open (``Unsupported``, ``body=None``)
 it rewrites must keep every byte it did not mean to change. Examples are derandomized
 (the ``ci`` profile in tests/conftest.py): a failure reproduces as it was seen.
 
-Generated cases per run (``max_examples`` below): parse 7 x 700, with_tools 7 x 300,
-decoder chunkings 7 x 150, damaged streams 7 x 300, prepare 7 x 2 x 100: 11,550.
+Generated cases per run (``max_examples`` below): parse 7 x 500, with_tools 7 x 250,
+chunkings 7 x 200, damaged streams 7 x 400, prepare 7 APIs x 2 strategies x 60: 10,290.
+
+Bugs the fuzz found are pinned at the end by strict xfail tests; until each is fixed the
+properties step over exactly that failure (``KNOWN_BUGS``) and nothing else.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
+import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +36,7 @@ from tooldisco.providers.openai_chat import OpenAIChatAdapter
 from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
 from tooldisco.streams import anthropic, bedrock, gemini, openai_chat, openai_responses
 from tooldisco.streams.common import IncompleteStream, StreamError
-from tooldisco.streams.eventstream import EventStreamError
+from tooldisco.streams.eventstream import EventStreamError, encode_frame
 
 from tests.support import fuzz
 
@@ -54,12 +58,27 @@ PHANTOM = "gateway_search_tools"
 # a stream that never started a message, a corrupt AWS event-stream frame.
 DECODE_ERRORS = (StreamError, IncompleteStream, EventStreamError)
 
+# (exception, file, function raising it) of each bug pinned by an xfail test at the end.
+KNOWN_BUGS = {
+    (TypeError, "openai_responses.py", "parse"),  # test_a_responses_item_type_of_any_json_type_is_read
+    (TypeError, "gemini.py", "parse"),  # test_gemini_parts_that_are_not_a_list_are_skipped
+    (TypeError, "openai_chat.py", "_finish_choice"),  # test_a_chat_tool_call_index_that_is_not_a_number
+    (AttributeError, "gemini.py", "_candidate"),  # test_a_gemini_candidate_content_changing_type
+    (AttributeError, "bedrock.py", "_delta"),  # test_a_converse_block_member_changing_type
+    (UnicodeDecodeError, "planner.py", "prepare"),  # test_a_body_that_is_not_utf8_is_unsupported
+}
+
+
+def known_bug(error: BaseException) -> bool:
+    where = traceback.extract_tb(error.__traceback__)[-1]
+    return (type(error), Path(where.filename).name, where.name) in KNOWN_BUGS
+
 
 # --- (a) parse: a view, or Unsupported ---------------------------------------------------
 
 
 @pytest.mark.parametrize("api", APIS)
-@settings(max_examples=700)
+@settings(max_examples=500)
 @given(data=st.data())
 def test_parse_returns_a_view_or_raises_unsupported(api: str, data: st.DataObject) -> None:
     body = data.draw(fuzz.body_text(api), label="body")
@@ -67,41 +86,24 @@ def test_parse_returns_a_view_or_raises_unsupported(api: str, data: st.DataObjec
         view = ADAPTERS[api].parse(body)
     except Unsupported:
         return
+    except Exception as error:
+        if known_bug(error):
+            return
+        raise
     assert isinstance(view, RequestView)
     names = view.names()
     assert len(names) == len(set(names))
     assert all(tool.raw in body for tool in view.tools)  # definitions are spans of the body
 
 
-def test_nesting_within_the_parsers_limit_is_read() -> None:
-    """The control for the xfail below: nesting the fuzz generates parses."""
-    depth = fuzz.MAX_DEPTH
-    body = '{"messages":[],"x":' + "[" * depth + "]" * depth + "}"
-    assert ADAPTERS["anthropic"].parse(body).tools == ()
-
-
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason=(
-    "adapters let json.loads' RecursionError escape on deeply nested bodies (providers.common."
-    "load_object catches ValueError only), so parse raises something other than Unsupported"))
-@pytest.mark.parametrize("api", APIS)
-def test_nesting_past_the_parsers_limit_is_unsupported(api: str) -> None:
-    depth = 100_000
-    with pytest.raises(Unsupported):
-        ADAPTERS[api].parse('{"x":' + "[" * depth + "]" * depth + "}")
-
-
 # --- (b) with_tools: the tools replaced, every other byte kept ---------------------------
-
-
-def _tools_path(api: str) -> list[str]:
-    return TOOLS_AT.get(api, ["tools"])
 
 
 def untouched(api: str, text: str) -> list[tuple[str, str]]:
     """The texts ``with_tools`` must keep byte-identical: every member outside the tools
     array; inside it, whatever is not a tool (Gemini's other entries and entry members,
     Bedrock's cachePoints, which may move with their anchor tool but never change)."""
-    path = _tools_path(api)
+    path = TOOLS_AT.get(api, ["tools"])
     out = [(k, text[a:b]) for k, (a, b) in jsonspan.members(text, jsonspan.root(text)) if k != path[0]]
     parent = jsonspan.find(text, path[:-1]) if len(path) > 1 else None
     if parent is not None:
@@ -123,16 +125,16 @@ def _without_breakpoint(raw: str) -> Any:
 
 
 @pytest.mark.parametrize("api", APIS)
-@settings(max_examples=300)
+@settings(max_examples=250)
 @given(data=st.data())
 def test_with_tools_replaces_the_tools_and_keeps_every_other_byte(api: str, data: st.DataObject) -> None:
     adapter = ADAPTERS[api]
     body = data.draw(fuzz.body_text(api, damage=False), label="body")
     view = adapter.parse(body)  # a valid body parses
-    kept = data.draw(st.permutations([t.raw for t in view.tools]), label="order")
-    raws = kept[: data.draw(st.integers(0, len(kept)), label="count")]
-    if data.draw(st.booleans(), label="phantom"):
-        raws.insert(data.draw(st.integers(0, len(raws))), adapter.phantom_tool(PHANTOM, "Search the deferred tools."))
+    rnd = data.draw(fuzz.RANDOM, label="random")
+    raws = rnd.sample([t.raw for t in view.tools], rnd.randint(0, len(view.tools)))  # kept, in any order
+    if rnd.random() < 0.5:
+        raws.insert(rnd.randint(0, len(raws)), adapter.phantom_tool(PHANTOM, "Search the deferred tools."))
     out = adapter.with_tools(body, raws)
     json.loads(out)
     assert untouched(api, out) == untouched(api, body)
@@ -187,7 +189,8 @@ DECODERS: dict[str, tuple[Decoder, st.SearchStrategy[bytes], Callable[[bytes], s
     ),
     "bedrock_invoke": (
         bedrock.InvokeStreamDecoder,
-        fuzz.UTF8_GENS.map(fuzz.anthropic_message).map(bedrock.encode_invoke) | st.just("bedrock_invoke_claude.bin").map(fixture),
+        fuzz.UTF8_GENS.map(fuzz.anthropic_message).map(bedrock.encode_invoke)
+        | st.just("bedrock_invoke_claude.bin").map(fixture),
         lambda stream: fuzz.hostile_frames(stream, invoke=True),
     ),
 }
@@ -205,7 +208,7 @@ def outcome(make: Decoder, chunks: list[bytes]) -> tuple[list[tuple[str, Any, by
 
 
 @pytest.mark.parametrize("name", list(DECODERS))
-@settings(max_examples=150)
+@settings(max_examples=200)
 @given(data=st.data())
 def test_any_chunking_of_a_valid_stream_decodes_as_one_feed(name: str, data: st.DataObject) -> None:
     make, streams, _ = DECODERS[name]
@@ -215,26 +218,23 @@ def test_any_chunking_of_a_valid_stream_decodes_as_one_feed(name: str, data: st.
     assert whole[1] is StreamError or isinstance(whole[1], dict)  # a valid stream assembles
 
 
-def feed_all(make: Decoder, chunks: list[bytes]) -> Iterator[Any]:
-    decoder = make()
-    for chunk in [*chunks, b""]:
-        yield from decoder.feed(chunk)
-    yield decoder.message()
-
-
 @pytest.mark.parametrize("name", list(DECODERS))
-@settings(max_examples=300)
+@settings(max_examples=400)
 @given(data=st.data())
 def test_damaged_streams_raise_only_the_documented_errors(name: str, data: st.DataObject) -> None:
     make, streams, hostile = DECODERS[name]
     stream = data.draw(streams, label="stream")
     damaged = data.draw(st.one_of(hostile(stream), fuzz.mutated_bytes(stream)), label="damaged")
-    chunks = data.draw(fuzz.chunked(damaged), label="chunks")
+    decoder = make()
     try:
-        for _ in feed_all(make, chunks):
-            pass
+        for chunk in [*data.draw(fuzz.chunked(damaged), label="chunks"), b""]:
+            decoder.feed(chunk)
+        decoder.message()
     except DECODE_ERRORS:
         pass
+    except Exception as error:
+        if not known_bug(error):
+            raise
 
 
 # --- (d) Engine.prepare: a body that parses, or forward unchanged ------------------------
@@ -257,11 +257,11 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engi
 
 
 @pytest.fixture(scope="module")
-def swallowed() -> Iterator[list[str]]:
+def swallowed() -> Iterator[list[BaseException]]:
     """Exceptions the engine caught and logged while failing open: each one is a bug the
     fail-open path hides (``Unsupported`` is logged without one). Cleared per example."""
-    seen: list[str] = []
-    sink = logger.add(lambda m: seen.append(str(m.record["exception"])), level="WARNING",
+    seen: list[BaseException] = []
+    sink = logger.add(lambda m: seen.append(m.record["exception"].value), level="WARNING",
                       filter=lambda record: record["exception"] is not None)
     yield seen
     logger.remove(sink)
@@ -269,10 +269,10 @@ def swallowed() -> Iterator[list[str]]:
 
 @pytest.mark.parametrize("strategy", ["tool-search", "relevance"])
 @pytest.mark.parametrize("api", APIS)
-@settings(max_examples=100)
+@settings(max_examples=60)
 @given(data=st.data())
 def test_prepare_forwards_a_body_that_parses_or_nothing(
-    api: str, strategy: str, engines: dict[str, Engine], swallowed: list[str], data: st.DataObject
+    api: str, strategy: str, engines: dict[str, Engine], swallowed: list[BaseException], data: st.DataObject
 ) -> None:
     adapter = ADAPTERS[api]
     body = data.draw(fuzz.body_text(api), label="body").encode("utf-8")
@@ -284,4 +284,97 @@ def test_prepare_forwards_a_body_that_parses_or_nothing(
         forwarded = prepared.body.decode("utf-8")
         json.loads(forwarded)
         assert isinstance(adapter.parse(forwarded), RequestView)
+    assert [error for error in swallowed if not known_bug(error)] == []
+
+
+# --- bugs the fuzz found (strict xfail: each passes once fixed; then drop it from KNOWN_BUGS)
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "OpenAIResponsesAdapter.parse tests an input item's `type` with `in _CALLS`: a list or object "
+    "there raises TypeError (unhashable) instead of Unsupported or being skipped"))
+def test_a_responses_item_type_of_any_json_type_is_read() -> None:
+    ADAPTERS["openai_responses"].parse('{"input": [{"type": []}]}')
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "GeminiAdapter.parse iterates `content.get('parts') or []`: parts that are a number or `true` "
+    "raise TypeError instead of being skipped like other malformed parts"))
+def test_gemini_parts_that_are_not_a_list_are_skipped() -> None:
+    ADAPTERS["gemini"].parse('{"contents": [{"role": "user", "parts": true}]}')
+
+
+@pytest.mark.xfail(strict=True, raises=RecursionError, reason=(
+    "providers.common.load_object catches ValueError only: json.loads' RecursionError on deeply "
+    "nested bodies escapes parse instead of becoming Unsupported (a 40 KB body is enough)"))
+@pytest.mark.parametrize("api", APIS)
+def test_nesting_past_the_parsers_limit_is_unsupported(api: str) -> None:
+    depth = 20_000
+    with pytest.raises(Unsupported):
+        ADAPTERS[api].parse('{"x": ' + "[" * depth + "]" * depth + "}")
+
+
+def test_nesting_the_fuzz_generates_is_read() -> None:
+    """The control for the xfail above: ``fuzz.MAX_DEPTH`` parses."""
+    depth = fuzz.MAX_DEPTH
+    assert ADAPTERS["anthropic"].parse('{"messages": [], "x": ' + "[" * depth + "]" * depth + "}").tools == ()
+
+
+def _decode(decoder: Any, *chunks: bytes) -> Any:
+    for chunk in [*chunks, b""]:
+        decoder.feed(chunk)
+    return decoder.message()
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "streams.openai_chat._finish_choice sorts tool calls by their `index`: a non-number index "
+    "from the upstream raises TypeError in sort instead of a documented decode error"))
+def test_a_chat_tool_call_index_that_is_not_a_number() -> None:
+    calls = [{"index": 0, "id": "a", "function": {"name": "f", "arguments": ""}},
+             {"index": [1], "id": "b", "function": {"name": "g", "arguments": ""}}]
+    chunk = {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": calls}}]}
+    _decode(openai_chat.ChatCompletionStreamDecoder(), f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+
+
+@pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
+    "streams.gemini GeminiAssembler._candidate keeps a non-object `content` as it came, then a "
+    "later chunk's object content calls .get on it: AttributeError"))
+def test_a_gemini_candidate_content_changing_type() -> None:
+    _decode(gemini.GeminiStreamDecoder(), b'data: {"candidates": [{"content": []}]}\n\n',
+            b'data: {"candidates": [{"content": {"parts": [{"text": "a"}]}}]}\n\n')
+
+
+@pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
+    "streams.bedrock ConverseStreamAssembler._delta assumes a block member keeps the type it "
+    "streams with: a contentBlockStart giving reasoningContent (or toolResult) as a list makes "
+    "the next delta call setdefault on it: AttributeError"))
+def test_a_converse_block_member_changing_type() -> None:
+    def frame(kind: str, payload: dict[str, Any]) -> bytes:
+        headers = {":event-type": kind, ":content-type": "application/json", ":message-type": "event"}
+        return encode_frame(headers, json.dumps(payload).encode())
+
+    _decode(bedrock.ConverseStreamDecoder(), frame("messageStart", {"role": "assistant"}),
+            frame("contentBlockStart", {"contentBlockIndex": 0, "start": {"reasoningContent": []}}),
+            frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": "a"}}}))
+
+
+@pytest.mark.xfail(strict=True, raises=UnicodeEncodeError, reason=(
+    "every stream encoder writes JSON with ensure_ascii=False then encodes UTF-8: a lone surrogate, "
+    "which an upstream may send escaped (\\ud800) and the decoders faithfully keep, cannot be "
+    "re-encoded, so a merged or stitched answer carrying one fails"))
+def test_a_lone_surrogate_the_upstream_escaped_is_re_encoded() -> None:
+    message = {"id": "m", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn",
+               "content": [{"type": "text", "text": "x"}], "usage": {"input_tokens": 1, "output_tokens": 1}}
+    stream = anthropic.encode(message).replace(b'"text":"x"', b'"text":"\\ud800"')
+    anthropic.encode(_decode(anthropic.AnthropicStreamDecoder(), stream))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "Planner.prepare decodes the body inside its catch-all: a body that is not UTF-8 is logged as "
+    "an internal failure with a traceback (fallback `error: UnicodeDecodeError`) instead of "
+    "being Unsupported like any other body we cannot read"))
+def test_a_body_that_is_not_utf8_is_unsupported(engines: dict[str, Engine], swallowed: list[BaseException]) -> None:
+    swallowed.clear()
+    prepared = engines["tool-search"].prepare(ADAPTERS["anthropic"], {"x-api-key": "k"}, b'{"messages": [], "x": "\xff"}')
+    assert prepared.body is None
     assert swallowed == []

@@ -1,0 +1,500 @@
+#!/usr/bin/env python3
+"""Memory of the running proxy: RSS growth over many distinct requests, and what huge bodies leave.
+
+    .venv/bin/python scripts/bench_memory.py [--requests 10000] [--threads 6] [--huge 12] [--trace]
+
+Three proxies, each a real mitmdump (``tests/e2e/harness.py``) in front of the fake provider
+(``tests/fakeprovider``, in its own process, unpaced): plain mitmdump, mitmdump + the addon on
+the shipped ``configs/tool_discovery.yaml`` (tool-search) and on ``configs/relevance.yaml``,
+each with only ``sessions.dir`` and ``telemetry.path`` moved into a temp dir. RSS is the
+mitmdump process's, read with psutil.
+
+(a) Steady traffic: ``--requests`` requests from ``--threads`` kept-alive clients, every user
+message distinct (2-5 KB, one in 2,000 of 300 KB), 60 tools, mixed APIs (Anthropic JSON and
+SSE, Chat JSON and SSE, Gemini JSON), 16 API keys, one request in ten making the model search
+(a phantom round under tool-search). RSS after a 200-request warm-up, halfway, at the end.
+(b) Huge bodies: a fresh proxy, a short warm-up, then ``--huge`` requests of 30 MB one at a
+time (a pasted log as the user message, or 60 tools with 500 KB descriptions), RSS sampled
+throughout: the peak, and what is left once they are done.
+
+Acceptance (a): ``addon_growth <= 1.2 * plain_growth + CACHE_BUDGET``, where CACHE_BUDGET is
+the sum of the byte budgets of the addon's caches that distinct requests fill by design
+(``tooldisco.bytecache``: the request's tool spans, relevance tokens, BM25 stems); a bounded
+cache then stops growing, so the second half must also be flat:
+``addon_late <= 1.2 * plain_late + NOISE`` (growth from halfway to the end). Acceptance (b):
+what the huge bodies leave behind, ``addon_left <= 1.2 * plain_left + CACHE_BUDGET``.
+``--trace`` reruns (a) for the tool-search proxy with ``scripts/memtrace.py`` loaded and
+prints the allocation sites that grew between the warm-up and the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from tests.e2e.harness import ADDON_PATH, MitmDump, scrubbed_env  # noqa: E402
+from tests.fakeprovider import reply, search  # noqa: E402
+from tests.support.catalog import anthropic_tools  # noqa: E402
+
+MiB = 1 << 20
+# Byte budgets of the caches distinct requests fill (addon/tooldisco: providers/common.py
+# _tool_spans, strategies/relevance.py tokens, search/tokens.py stem). Caches keyed by the
+# catalog (tool parsing, search indexes) hold one 60-tool catalog here and are full after warm-up.
+CACHE_BUDGET = (16 + 16 + 4) * MiB
+# Allocator noise on a flat process: pymalloc arenas and glibc's heap move by a few MiB
+# between two readings of the same steady state (plain mitmdump's own late growth shows it).
+NOISE = 8 * MiB
+GROWTH_RATIO = 1.2
+WARMUP = 200
+HUGE_BYTES = 30 * MiB
+BIG_MESSAGE = 300 * 1024
+BIG_EVERY = 2000  # one user message in this many is 300 KB
+SEARCH_EVERY = 10  # one request in this many makes the model search
+TENANTS = 16
+RESET_EVERY = 250  # the fake keeps every request it saw: forget them this often
+SETTLE_S = 2.0  # background work (telemetry writer, index builds) ends before a reading
+SEARCH_MARK = "#bench-search#"
+TRACE_SCRIPT = ROOT / "scripts" / "memtrace.py"
+TRACE_URL = "http://memtrace.invalid/snapshot"
+CONFIGS = {"tool-search": ROOT / "configs" / "tool_discovery.yaml", "relevance": ROOT / "configs" / "relevance.yaml"}
+TARGETS = ("mitmdump", "tool-search", "relevance")
+WORDS = (
+    "the deployment failed again after the config change please check the logs and tell me which service "
+    "broke the build we need a summary of open tickets for the payments team and the invoice export plus "
+    "the weather forecast for Paris next week and a list of calendar events with the customer contracts "
+    "database query slow index missing on orders table cache eviction metric alert dashboard pipeline "
+    "container volume snapshot certificate renewal dns record firewall rule queue backlog webhook retry"
+).split()
+GEMINI = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+
+
+# --- traffic ------------------------------------------------------------------------------------
+
+
+def message(i: int, size: int) -> str:
+    """A user message no other request has: words drawn from a seed of ``i``, with ``i`` in it."""
+    rng = random.Random(i)
+    parts = [f"[request {i}]"] + ([SEARCH_MARK] if i % SEARCH_EVERY == 3 else [])
+    length = sum(map(len, parts))
+    while length < size:
+        word = rng.choice(WORDS) if rng.random() < 0.8 else f"{rng.choice(WORDS)}{rng.randrange(10**6)}"
+        parts.append(word)
+        length += len(word) + 1
+    return " ".join(parts)
+
+
+def pasted_log(i: int, size: int) -> str:
+    """``size`` bytes of a distinct service log: what a user pastes; many distinct tokens."""
+    line = 0
+    out: list[str] = []
+    length = 0
+    while length < size:
+        text = f"2026-11-03T12:{line // 3600 % 60:02d}:{line % 60:02d}Z worker-{line % 17} order {i}-{line} status ok\n"
+        out.append(text)
+        length += len(text)
+        line += 1
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Api:
+    """One request shape: where it goes and how its body wraps the tools and the user text."""
+
+    name: str
+    url: str
+    body: Callable[[list[dict[str, Any]], str], dict[str, Any]]  # (anthropic-shaped tools, text) -> body
+    headers: Callable[[str], dict[str, str]]  # API key -> headers
+
+
+def _openai(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": t["name"], "description": t["description"],
+                                              "parameters": t["input_schema"]}} for t in tools]
+
+
+def _anthropic_body(stream: bool) -> Callable[[list[dict[str, Any]], str], dict[str, Any]]:
+    return lambda tools, text: {"model": "claude-sonnet-4-5", "max_tokens": 256, "stream": stream, "tools": tools,
+                                "messages": [{"role": "user", "content": text}]}
+
+
+def _chat_body(stream: bool) -> Callable[[list[dict[str, Any]], str], dict[str, Any]]:
+    extra = {"stream_options": {"include_usage": True}} if stream else {}
+    return lambda tools, text: {"model": "gpt-5", "stream": stream, **extra, "tools": _openai(tools),
+                                "messages": [{"role": "user", "content": text}]}
+
+
+def _gemini_body(tools: list[dict[str, Any]], text: str) -> dict[str, Any]:
+    decls = [{"name": t["name"], "description": t["description"], "parametersJsonSchema": t["input_schema"]}
+             for t in tools]
+    return {"contents": [{"role": "user", "parts": [{"text": text}]}], "tools": [{"functionDeclarations": decls}]}
+
+
+JSON = {"content-type": "application/json"}
+ANTHROPIC_HEADERS = lambda key: {**JSON, "x-api-key": f"sk-ant-{key}", "anthropic-version": "2023-06-01"}  # noqa: E731
+OPENAI_HEADERS = lambda key: {**JSON, "authorization": f"Bearer sk-{key}"}  # noqa: E731
+APIS = (
+    Api("anthropic-json", "https://api.anthropic.com/v1/messages", _anthropic_body(False), ANTHROPIC_HEADERS),
+    Api("anthropic-sse", "https://api.anthropic.com/v1/messages", _anthropic_body(True), ANTHROPIC_HEADERS),
+    Api("chat-json", "https://api.openai.com/v1/chat/completions", _chat_body(False), OPENAI_HEADERS),
+    Api("chat-sse", "https://api.openai.com/v1/chat/completions", _chat_body(True), OPENAI_HEADERS),
+    Api("gemini-json", GEMINI, _gemini_body, lambda key: {**JSON, "x-goog-api-key": f"AIza-{key}"}),
+)
+TOOLS = anthropic_tools(60)
+
+
+@dataclass(frozen=True)
+class Request:
+    url: str
+    headers: dict[str, str]
+    body: bytes
+
+
+def steady(i: int) -> Request:
+    """Request ``i`` of the steady traffic: API, tenant and message size all follow from ``i``."""
+    api = APIS[i % len(APIS)]
+    size = BIG_MESSAGE if i % BIG_EVERY == BIG_EVERY - 1 else 2000 + (i * 7919) % 3000
+    body = json.dumps(api.body(TOOLS, message(i, size))).encode()
+    return Request(api.url, api.headers(f"bench-tenant-{i % TENANTS}"), body)
+
+
+def huge(i: int) -> Request:
+    """Huge request ``i``: a 30 MB pasted log as the message (Anthropic JSON and SSE, Gemini), or
+    the 60 tools with 500 KB descriptions each (Chat)."""
+    api = (APIS[0], APIS[1], APIS[2], APIS[4])[i % 4]
+    if api.name.startswith("chat"):
+        per_tool = HUGE_BYTES // len(TOOLS)
+        tools = [{**t, "description": pasted_log(i * 100 + k, per_tool)} for k, t in enumerate(TOOLS)]
+        body = api.body(tools, message(i, 3000))
+    else:
+        body = api.body(TOOLS, pasted_log(i, HUGE_BYTES))
+    return Request(api.url, api.headers(f"bench-tenant-{i % TENANTS}"), json.dumps(body).encode())
+
+
+# --- the fake provider, in its own process (the clients' GIL is not its GIL) ----------------------
+
+
+class Fake:
+    def __init__(self, log: Path) -> None:
+        env = scrubbed_env()
+        env["PYTHONUNBUFFERED"] = "1"
+        self._log = open(log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakeprovider", "--port", "0", "--stream-delay", "0"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=self._log,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode()
+        if "listening at" not in line:
+            raise RuntimeError(f"fake provider did not start: {line!r} (log: {log})")
+        self.url = line.rsplit(" ", 1)[1].strip()
+        self.control = httpx.Client(base_url=self.url, trust_env=False, timeout=60)
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        """Forget recorded requests (they hold every body); the model: search on a marked message."""
+        with self._lock:
+            self.control.post("/_reset").raise_for_status()
+            rules = {"rules": [search("weather forecast", contains=SEARCH_MARK).to_dict()],
+                     "default": reply("Done.").to_dict()}
+            self.control.post("/_script", json=rules).raise_for_status()
+
+    def stop(self) -> None:
+        self.control.close()
+        self.proc.terminate()
+        self.proc.wait(10)
+        self._log.close()
+
+
+# --- proxies and readings -------------------------------------------------------------------------
+
+
+def config_for(target: str) -> Callable[[Path], str] | None:
+    """The shipped config with only the session store and the telemetry file moved into the work dir."""
+    if target == "mitmdump":
+        return None
+
+    def write(workdir: Path) -> str:
+        cfg = yaml.safe_load(CONFIGS[target].read_text())
+        cfg.setdefault("sessions", {})["dir"] = str(workdir / "sessions")
+        cfg.setdefault("telemetry", {})["path"] = str(workdir / "telemetry.jsonl")
+        return yaml.safe_dump(cfg, sort_keys=False)
+
+    return write
+
+
+def start_proxy(target: str, fake: Fake, tmp: Path, trace: bool = False) -> MitmDump:
+    script = None if target == "mitmdump" else ADDON_PATH
+    extra = ["-s", str(TRACE_SCRIPT)] if trace else []
+    workdir = Path(tempfile.mkdtemp(prefix=f"{target}-", dir=tmp))
+    return MitmDump(workdir, fake.url, script=script, config=config_for(target), extra_args=extra, name=target).start()
+
+
+class Rss:
+    """Samples a process's RSS in the background; keeps the peak."""
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def now(self) -> int:
+        rss = self.proc.memory_info().rss
+        self.peak = max(self.peak, rss)
+        return rss
+
+    def cpu(self) -> float:
+        times = self.proc.cpu_times()
+        return times.user + times.system
+
+    def settled(self) -> int:
+        """RSS once background work has had time to end."""
+        time.sleep(SETTLE_S)
+        return self.now()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.now()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class Drive:
+    """The outcome of a batch of requests through one proxy."""
+
+    done: int = 0
+    errors: list[str] = field(default_factory=list)
+    midway: int | None = None  # RSS when half the batch had been answered
+
+
+def drive(proxy: MitmDump, fake: Fake, requests: Iterable[Request], count: int, threads: int,
+          rss: Rss | None = None) -> Drive:
+    """Send ``count`` requests from ``threads`` kept-alive clients; read every answer whole."""
+    out = Drive()
+    lock = threading.Lock()
+    source = iter(requests)
+
+    def worker() -> None:
+        with proxy.httpx_client() as client:
+            while True:
+                with lock:
+                    req = next(source, None)
+                if req is None:
+                    return
+                r = client.post(req.url, content=req.body, headers=req.headers)
+                with lock:
+                    out.done += 1
+                    if r.status_code != 200:
+                        out.errors.append(f"{req.url}: HTTP {r.status_code} {r.text[:200]}")
+                    if rss is not None and out.done == count // 2:
+                        out.midway = rss.now()
+                    if out.done % RESET_EVERY == 0:
+                        fake.reset()
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return out
+
+
+@dataclass
+class Steady:
+    target: str
+    before: int
+    midway: int
+    after: int
+    peak: int
+    seconds: float
+    cpu: float  # mitmdump's CPU seconds (user + system) over the batch
+    errors: list[str]
+
+    @property
+    def growth(self) -> int:
+        return self.after - self.before
+
+    @property
+    def late(self) -> int:
+        return self.after - self.midway
+
+
+def run_steady(target: str, fake: Fake, tmp: Path, n: int, threads: int, trace: bool = False) -> tuple[Steady, str]:
+    """Part (a) for one proxy; with ``trace``, also the tracemalloc growth report."""
+    fake.reset()
+    proxy = start_proxy(target, fake, tmp, trace)
+    rss = Rss(proxy.proc.pid)  # type: ignore[union-attr]
+    report = ""
+    try:
+        warm = drive(proxy, fake, map(steady, range(10**7, 10**7 + WARMUP)), WARMUP, threads)
+        before = rss.settled()
+        if trace:
+            snapshot(proxy)
+        rss.peak = before
+        t0, cpu0 = time.perf_counter(), rss.cpu()
+        run = drive(proxy, fake, map(steady, range(n)), n, threads, rss)
+        seconds, cpu = time.perf_counter() - t0, rss.cpu() - cpu0
+        after = rss.settled()
+        if trace:
+            report = snapshot(proxy)
+        return Steady(target, before, run.midway or after, after, rss.peak, seconds, cpu, warm.errors + run.errors), report
+    finally:
+        rss.stop()
+        proxy.stop()
+
+
+def snapshot(proxy: MitmDump) -> str:
+    with httpx.Client(proxy=proxy.url, trust_env=False, timeout=600) as client:
+        r = client.get(TRACE_URL)
+        r.raise_for_status()
+        return r.text
+
+
+@dataclass
+class Huge:
+    target: str
+    baseline: int
+    peak: int
+    final: int
+    seconds: float
+    errors: list[str]
+
+    @property
+    def left(self) -> int:
+        return self.final - self.baseline
+
+
+def run_huge(target: str, fake: Fake, tmp: Path, count: int) -> Huge:
+    """Part (b) for one proxy: a fresh process, a short warm-up, then the huge bodies one at a time."""
+    fake.reset()
+    proxy = start_proxy(target, fake, tmp)
+    rss = Rss(proxy.proc.pid)  # type: ignore[union-attr]
+    try:
+        warm = drive(proxy, fake, map(steady, range(10**7, 10**7 + 50)), 50, 2)
+        baseline = rss.settled()
+        rss.peak = baseline
+        t0 = time.perf_counter()
+        errors = list(warm.errors)
+        for i in range(count):
+            errors += drive(proxy, fake, [huge(i)], 1, 1).errors
+            fake.reset()
+        seconds = time.perf_counter() - t0
+        return Huge(target, baseline, rss.peak, rss.settled(), seconds, errors)
+    finally:
+        rss.stop()
+        proxy.stop()
+
+
+# --- report ---------------------------------------------------------------------------------------
+
+
+def mb(n: int) -> str:
+    return f"{n / MiB:,.0f}"
+
+
+def signed(n: int) -> str:
+    return f"{n / MiB:+,.0f}"
+
+
+def check(label: str, value: int, limit: int, formula: str) -> bool:
+    ok = value <= limit
+    print(f"- {'PASS' if ok else 'FAIL'} {label}: {signed(value)} MiB <= {formula} = {mb(limit)} MiB")
+    return ok
+
+
+def report_steady(rows: dict[str, Steady], n: int) -> bool:
+    print(f"## (a) {n:,} distinct requests (after a {WARMUP}-request warm-up), RSS in MiB\n")
+    print("| proxy | before | halfway | after | peak | growth | late half | req/s | CPU ms/req | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows.values():
+        print(f"| {r.target} | {mb(r.before)} | {mb(r.midway)} | {mb(r.after)} | {mb(r.peak)} | {signed(r.growth)} "
+              f"| {signed(r.late)} | {n / r.seconds:,.0f} | {r.cpu / n * 1000:.1f} | {len(r.errors)} |")
+    plain = rows["mitmdump"]
+    print(f"\nAcceptance: growth <= {GROWTH_RATIO} x mitmdump's + {mb(CACHE_BUDGET)} MiB (the byte budgets of the "
+          f"caches distinct requests fill); late half <= {GROWTH_RATIO} x mitmdump's + {mb(NOISE)} MiB (noise)\n")
+    ok = True
+    for r in rows.values():
+        if r.target == "mitmdump":
+            continue
+        growth_limit = int(GROWTH_RATIO * max(plain.growth, 0) + CACHE_BUDGET)
+        late_limit = int(GROWTH_RATIO * max(plain.late, 0) + NOISE)
+        ok &= check(f"{r.target} growth", r.growth, growth_limit,
+                    f"{GROWTH_RATIO} x {signed(plain.growth)} + {mb(CACHE_BUDGET)}")
+        ok &= check(f"{r.target} late half", r.late, late_limit,
+                    f"{GROWTH_RATIO} x {signed(plain.late)} + {mb(NOISE)}")
+    return ok
+
+
+def report_huge(rows: dict[str, Huge], count: int) -> bool:
+    print(f"\n## (b) {count} requests of 30 MB, one at a time, RSS in MiB\n")
+    print("| proxy | baseline | peak | peak over baseline | final | left behind | s | errors |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows.values():
+        print(f"| {r.target} | {mb(r.baseline)} | {mb(r.peak)} | {signed(r.peak - r.baseline)} | {mb(r.final)} "
+              f"| {signed(r.left)} | {r.seconds:.0f} | {len(r.errors)} |")
+    plain = rows["mitmdump"]
+    print(f"\nAcceptance: left behind <= {GROWTH_RATIO} x mitmdump's + {mb(CACHE_BUDGET)} MiB\n")
+    ok = True
+    for r in rows.values():
+        if r.target != "mitmdump":
+            limit = int(GROWTH_RATIO * max(plain.left, 0) + CACHE_BUDGET)
+            ok &= check(f"{r.target} left behind", r.left, limit,
+                        f"{GROWTH_RATIO} x {signed(plain.left)} + {mb(CACHE_BUDGET)}")
+    return ok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--threads", type=int, default=6)
+    ap.add_argument("--huge", type=int, default=12, help="30 MB requests in part (b); 0 skips it")
+    ap.add_argument("--trace", action="store_true", help="also trace the tool-search proxy's allocations")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as name:
+        tmp = Path(name)
+        fake = Fake(tmp / "fake.log")
+        try:
+            with ThreadPoolExecutor(len(TARGETS)) as pool:
+                steady_rows = dict(zip(TARGETS, pool.map(
+                    lambda t: run_steady(t, fake, tmp, args.requests, args.threads)[0], TARGETS)))
+                huge_rows = dict(zip(TARGETS, pool.map(lambda t: run_huge(t, fake, tmp, args.huge), TARGETS))) \
+                    if args.huge else {}
+            traced = run_steady("tool-search", fake, tmp, args.requests, args.threads, trace=True)[1] if args.trace else ""
+        finally:
+            fake.stop()
+    ok = report_steady(steady_rows, args.requests)
+    if huge_rows:
+        ok &= report_huge(huge_rows, args.huge)
+    for r in itertools.chain(steady_rows.values(), huge_rows.values()):
+        for e in r.errors[:3]:
+            print(f"\n{r.target} error: {e}")
+    if traced:
+        print(f"\n## tracemalloc: tool-search, growth from the end of warm-up to the end\n\n```\n{traced}```")
+    print(f"\n{'PASS' if ok else 'FAIL'}: memory acceptance")
+
+
+if __name__ == "__main__":
+    main()
