@@ -26,8 +26,8 @@ Runs come in waves, so the whole bench stays within minutes: each wave runs ever
 (turn, API, path) once, in shuffled order, at most ``--concurrency`` at a time and starts at
 least ``--stagger`` seconds apart (a fraction of the delay, so two requests are rarely
 processed at once); a paced stream is idle between events, and the three paths share the
-same background load. ``--concurrency 1`` times each run alone (about 20 minutes at the
-defaults). Prints markdown tables and PASS/FAIL per acceptance check; exits 0.
+same background load. ``--concurrency 1`` times each run alone (about a quarter of an hour
+at the defaults). Prints markdown tables and PASS/FAIL per acceptance check; exits 0.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import functools
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -76,6 +77,7 @@ BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1%3A0"
 BEDROCK = f"https://bedrock-runtime.us-east-1.amazonaws.com/model/{BEDROCK_MODEL}"
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent"
 SLACK_MS = 20.0  # the acceptance checks' allowance for the proxy's own time
+RUN_ID = re.compile(r"plain-turn ([0-9a-f]{12})")
 STREAM_RESPONSES = "def responseheaders(flow):\n    flow.response.stream = True\n"
 
 
@@ -87,6 +89,7 @@ class Api:
     """One streaming API: its real endpoint (the proxies map it to the fake) and its request."""
 
     tag: str  # also the last word of the scripted search query, so telemetry names the API
+    provider: str  # the addon's adapter (telemetry's ``provider``)
     label: str
     url: str
     body: Callable[[str, int], dict[str, Any]]  # (user text, tool count) -> request body
@@ -145,15 +148,17 @@ JSON = {"content-type": "application/json"}
 OPENAI = {**JSON, "authorization": "Bearer sk-bench"}
 GOOGLE = {**JSON, "x-goog-api-key": "bench-key"}
 APIS = [
-    Api("anthropic", "Anthropic SSE", "https://api.anthropic.com/v1/messages", anthropic_body,
+    Api("anthropic", "anthropic", "Anthropic SSE", "https://api.anthropic.com/v1/messages", anthropic_body,
         {**JSON, "x-api-key": "sk-ant-bench", "anthropic-version": "2023-06-01"}),
-    Api("chat", "OpenAI Chat SSE", "https://api.openai.com/v1/chat/completions", chat_body, OPENAI),
-    Api("responses", "OpenAI Responses SSE", "https://api.openai.com/v1/responses", responses_body, OPENAI),
-    Api("gemini_sse", "Gemini alt=sse", GEMINI + "?alt=sse", gemini_body, GOOGLE),
-    Api("gemini_json", "Gemini JSON array", GEMINI, gemini_body, GOOGLE),
-    Api("converse", "Bedrock ConverseStream", f"{BEDROCK}/converse-stream", converse_body, JSON, sigv4=True),
-    Api("invoke", "Bedrock InvokeModel stream", f"{BEDROCK}/invoke-with-response-stream", invoke_body, JSON,
-        sigv4=True),
+    Api("chat", "openai_chat", "OpenAI Chat SSE", "https://api.openai.com/v1/chat/completions", chat_body, OPENAI),
+    Api("responses", "openai_responses", "OpenAI Responses SSE", "https://api.openai.com/v1/responses",
+        responses_body, OPENAI),
+    Api("gemini_sse", "gemini", "Gemini alt=sse", GEMINI + "?alt=sse", gemini_body, GOOGLE),
+    Api("gemini_json", "gemini", "Gemini JSON array", GEMINI, gemini_body, GOOGLE),
+    Api("converse", "bedrock_converse", "Bedrock ConverseStream", f"{BEDROCK}/converse-stream", converse_body,
+        JSON, sigv4=True),
+    Api("invoke", "bedrock_invoke", "Bedrock InvokeModel stream", f"{BEDROCK}/invoke-with-response-stream",
+        invoke_body, JSON, sigv4=True),
 ]
 
 
@@ -233,32 +238,44 @@ class Fake:
 
 
 class BenchError(Exception):
-    pass
+    """A run that did not go as scripted: it is reported, and left out of the tables."""
 
 
 @dataclass
 class Timing:
-    first: float  # ms to the first body byte
-    last: float  # ms to the last body byte (a replayed search turn: both rounds summed)
-    round1: float | None = None  # a replayed search turn: ms to round 1's last byte
+    """One run, in ms from the moment the client sent the request."""
+
+    first: float  # to the first body byte
+    last: float  # to the last body byte (a replayed search turn: both rounds summed)
+    round1: float | None = None  # a replayed search turn: to round 1's last byte
+    sent_at: float = 0.0  # time.monotonic() when the request went out
+    run_id: str = ""  # in the user message: finds the request in the fake's record
+    arrived: float | None = None  # the fake had read the request
+    produced: float | None = None  # the fake wrote its first event
+
+    def locate(self, rec: dict[str, Any]) -> None:
+        """Place the fake's own times (the same monotonic clock, another process) on this run."""
+        self.arrived = (rec["started_at"] - self.sent_at) * 1000
+        self.produced = (rec["event_times"][0] - self.sent_at) * 1000 if rec["event_times"] else None
 
 
-async def stream_once(client: httpx.AsyncClient, url: str, api: Api, body: bytes) -> tuple[float, float, str]:
-    """One streamed request: ms to the first and to the last body byte, and what it said."""
+async def stream_once(client: httpx.AsyncClient, url: str, api: Api, body: bytes) -> tuple[Timing, str]:
+    """One streamed request: when its first and last body bytes came, and what it said.
+    ``time.monotonic`` is CLOCK_MONOTONIC, the clock the fake stamps its events with."""
     headers = headers_for(api, body)  # signing is the client's business, not the path's: outside the clock
     chunks: list[bytes] = []
     first = None
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     async with client.stream("POST", url, content=body, headers=headers) as r:
         async for chunk in r.aiter_raw():
             if chunk and first is None:
-                first = time.perf_counter()
+                first = time.monotonic()
             chunks.append(chunk)
-        end = time.perf_counter()
+        end = time.monotonic()
     raw = b"".join(chunks)
     if r.status_code != 200 or first is None:
         raise BenchError(f"{api.label} {url}: HTTP {r.status_code} {raw[:300]!r}")
-    return (first - t0) * 1000, (end - t0) * 1000, visible(api, raw)
+    return Timing((first - t0) * 1000, (end - t0) * 1000, sent_at=t0), visible(api, raw)
 
 
 def check_answer(api: Api, text: str, *, hidden: bool = True) -> None:
@@ -302,24 +319,27 @@ class Bench:
             self.clients[key] = self.routes[path].client()
         return self.clients[key]
 
-    def body(self, turn: str, api: Api) -> bytes:
+    def body(self, turn: str, api: Api, run_id: str) -> bytes:
         """A first user message never sent before: each run is its own session for the addon."""
         marker = search_marker(api) if turn == "search" else "plain-turn"
-        return json.dumps(api.body(f"{QUESTION} [{marker} {uuid.uuid4().hex[:12]}]", self.tools)).encode()
+        return json.dumps(api.body(f"{QUESTION} [{marker} {run_id}]", self.tools)).encode()
 
     async def run(self, turn: str, api: Api, path: str) -> Timing:
         client, url = self.client(turn, api, path), self.routes[path].url(api)
         if turn == "plain" or path == "addon":
-            first, last, text = await stream_once(client, url, api, self.body(turn, api))
+            run_id = uuid.uuid4().hex[:12]
+            timing, text = await stream_once(client, url, api, self.body(turn, api, run_id))
             check_answer(api, text)
-            return Timing(first, last)
+            timing.run_id = run_id
+            return timing
         rounds = self.rounds[api.tag]
-        first, end1, text1 = await stream_once(client, url, api, rounds.first)
-        _, end2, text2 = await stream_once(client, url, api, rounds.second)
+        timing, text1 = await stream_once(client, url, api, rounds.first)
+        second, text2 = await stream_once(client, url, api, rounds.second)
         if SEARCH_TOOL not in text1:
             raise BenchError(f"{api.label}: replayed round 1 did not search: {text1[:300]}")
         check_answer(api, text2, hidden=False)
-        return Timing(first, end1 + end2, end1)
+        timing.round1, timing.last = timing.last, timing.last + second.last
+        return timing
 
     async def wave(self, seed: int) -> list[tuple[tuple[str, str, str], Timing | BaseException]]:
         """Every (turn, API, path) once, shuffled; ``concurrency`` at a time, ``stagger`` apart."""
@@ -395,8 +415,8 @@ async def capture(bench: Bench, fake: Fake) -> dict[str, dict[str, int]]:
     try:
         for api in APIS:
             fake.reset(0)
-            await stream_once(client, api.url, api, bench.body("plain", api))
-            _, _, text = await stream_once(client, api.url, api, bench.body("search", api))
+            await stream_once(client, api.url, api, bench.body("plain", api, "capture"))
+            _, text = await stream_once(client, api.url, api, bench.body("search", api, "capture"))
             check_answer(api, text)
             recs = fake.requests()
             if [r["status"] for r in recs] != [200] * 3 or SEARCH_TOOL not in json.dumps(recs[1]["reply"]):
@@ -419,20 +439,28 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))] if values else float("nan")
 
 
-def telemetry(path: Path, since: float) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """Per API tag: search latencies (ms) of the timed runs, and the most tools a record
-    deferred (so the table shows the shipped config did defer)."""
-    latency: dict[str, list[float]] = defaultdict(list)
-    deferred: dict[str, int] = defaultdict(int)
-    for line in path.read_text().splitlines() if path.exists() else []:
-        rec = json.loads(line)
-        if rec["time"] < since:
-            continue
-        for s in rec["searches"]:
-            tag = (s["query"] or "").rsplit(" ", 1)[-1]
-            latency[tag].append(s["latency_ms"])
-            deferred[tag] = max(deferred[tag], rec["deferred_tools"])
-    return latency, deferred
+@dataclass
+class Telemetry:
+    """What the addon's own records say about the timed runs."""
+
+    search_ms: dict[str, list[float]]  # per API tag: searches[].latency_ms
+    deferred: dict[str, int]  # per API tag: tools deferred (the shipped config did defer)
+    planner_ms: dict[str, list[float]]  # per adapter (``provider``), turns without a search: processing_ms
+
+    @classmethod
+    def read(cls, path: Path, since: float) -> Telemetry:
+        out = cls(defaultdict(list), defaultdict(int), defaultdict(list))
+        for line in path.read_text().splitlines() if path.exists() else []:
+            rec = json.loads(line)
+            if rec["time"] < since:
+                continue
+            if not rec["searches"]:
+                out.planner_ms[rec["provider"]].append(rec["processing_ms"])
+            for s in rec["searches"]:
+                tag = (s["query"] or "").rsplit(" ", 1)[-1]
+                out.search_ms[tag].append(s["latency_ms"])
+                out.deferred[tag] = max(out.deferred[tag], rec["deferred_tools"])
+        return out
 
 
 def cell(values: list[float]) -> str:
@@ -440,7 +468,7 @@ def cell(values: list[float]) -> str:
 
 
 def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, dict[str, int]],
-           search_ms: dict[str, list[float]], deferred: dict[str, int]) -> None:
+           seen: Telemetry) -> None:
     def col(turn: str, tag: str, path: str, field: str) -> list[float]:
         return [getattr(t, field) for t in results.get((turn, tag, path), []) if getattr(t, field) is not None]
 
@@ -456,6 +484,19 @@ def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, 
               f"| {cell(last['mitmdump'])} | {cell(last['addon'])} "
               f"| {pct(last['addon'], 50) / pct(last['direct'], 50):.3f} |")
 
+    print("\n### Where the first event's time goes, no search (ms, p50 / p95)\n")
+    print("*there*: from the client's send until the fake had read the request; *back*: from the fake "
+          "writing its first event until the client had it (one monotonic clock across the processes); "
+          "*planner*: the addon's `processing_ms` (telemetry, per adapter: both Gemini forms together).\n")
+    print("| API | there: direct | mitmdump | addon | addon's planner | back: direct | mitmdump | addon |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for api in APIS:
+        runs = {p: results.get(("plain", api.tag, p), []) for p in PATHS}
+        there = [cell([t.arrived for t in runs[p] if t.arrived is not None]) for p in PATHS]
+        back = [cell([t.first - t.produced for t in runs[p] if t.produced is not None]) for p in PATHS]
+        print(f"| {api.label} | {' | '.join(there)} | {cell(seen.planner_ms.get(api.provider, []))} "
+              f"| {' | '.join(back)} |")
+
     print("\n## Search: round 1 calls the search tool, round 2 answers (ms, p50 / p95)\n")
     print("direct and mitmdump replay the addon's two upstream rounds one after the other: *last* is "
           "their sum, *round 1 end* the first round's last byte. search = the addon's telemetry.\n")
@@ -465,11 +506,11 @@ def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, 
     for api in APIS:
         f = {p: col("search", api.tag, p, "first") for p in PATHS}
         last = {p: col("search", api.tag, p, "last") for p in PATHS}
-        ev = events[api.tag]
-        print(f"| {api.label} | {ev['round1']} + {ev['round2']} | {deferred.get(api.tag, 0)} | {cell(f['direct'])} "
-              f"| {cell(f['mitmdump'])} | {cell(f['addon'])} | {cell(col('search', api.tag, 'direct', 'round1'))} "
+        ev, round1 = events[api.tag], col("search", api.tag, "direct", "round1")
+        print(f"| {api.label} | {ev['round1']} + {ev['round2']} | {seen.deferred.get(api.tag, 0)} "
+              f"| {cell(f['direct'])} | {cell(f['mitmdump'])} | {cell(f['addon'])} | {cell(round1)} "
               f"| {cell(last['direct'])} | {cell(last['mitmdump'])} | {cell(last['addon'])} "
-              f"| {cell(search_ms.get(api.tag, []))} "
+              f"| {cell(seen.search_ms.get(api.tag, []))} "
               f"| {pct(last['addon'], 95) - pct(last['direct'], 95):+.1f} |")
 
     print("\n## Acceptance checks (p95 unless said)\n")
@@ -481,7 +522,7 @@ def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, 
         round1 = col("search", api.tag, "direct", "round1")
         s_last = col("search", api.tag, "addon", "last")
         d_total = col("search", api.tag, "direct", "last")
-        searched = search_ms.get(api.tag, [])
+        searched = seen.search_ms.get(api.tag, [])
         checks = [
             ("no search: first event ≤ direct + 20 ms", pct(first, 95), pct(direct_first, 95) + SLACK_MS),
             ("search: first event before round 1 ends (direct p50)", pct(s_first, 95), pct(round1, 50)),
@@ -504,8 +545,12 @@ async def measure(bench: Bench, fake: Fake, args: argparse.Namespace) -> tuple[d
     errors: list[str] = []
     for run in range(args.runs):
         fake.reset(args.delay)
-        for key, res in await bench.wave(seed=run):
+        wave = await bench.wave(seed=run)
+        recs = {m.group(1): r for r in fake.requests() if (m := RUN_ID.search(r["text"]))}
+        for key, res in wave:
             if isinstance(res, Timing):
+                if key[0] == "plain":
+                    res.locate(recs[res.run_id])
                 results[key].append(res)
             else:
                 errors.append(f"{'/'.join(key)}: {res!r}"[:400])
@@ -543,12 +588,12 @@ def main() -> None:
             plain.stop()
             addon.stop()  # graceful: the telemetry writer drains
             fake.stop()
-        search_ms, deferred = telemetry(addon.workdir / "telemetry.jsonl", since)
+        seen = Telemetry.read(addon.workdir / "telemetry.jsonl", since)
 
     print(f"# Time to first event, {args.runs} runs, {args.tools} tools, {args.delay * 1000:.0f} ms between events, "
           f"{args.concurrency} runs in flight, starts ≥ {args.stagger * 1000:.0f} ms apart ({elapsed:.0f} s, "
           f"load average {os.getloadavg()[1]:.2f} over the last 5 min on {os.cpu_count()} CPUs)\n")
-    report(results, events, search_ms, deferred)
+    report(results, events, seen)
     if errors:
         print(f"\n{len(errors)} failed runs (left out of the tables):")
         for e in errors[:20]:

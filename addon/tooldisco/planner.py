@@ -98,7 +98,12 @@ class Planner:
                 forwarded = adapter.continue_from(forwarded, session.head)
             if session.pending:  # results a stored chain still awaits from a mixed turn the client saw
                 forwarded = adapter.with_pending(forwarded, session.pending)
-            if td.strategy == "relevance":
+            if td.strategy != "passthrough" and (defers := deferral.client_defers(view)):
+                # The client searches its own deferred tools: a second search tool beside it could
+                # only fail, and hiding more tools would put them where its search cannot look.
+                record.fallback_reason = defers
+                prepared = Prepared()
+            elif td.strategy == "relevance":
                 prepared = self._relevance(adapter, view, forwarded, body, session, record)
             elif td.strategy in ("tool-search", "api"):
                 prepared = self._deferral(adapter, view, forwarded, body, session, record)

@@ -59,6 +59,7 @@ class AgentCase:
     query: str  # what the scripted model searches for
     reader_args: Callable[[Path], dict[str, Any]]
     extra_rules: tuple[Rule, ...] = ()
+    defers_itself: bool = False  # sends defer_loading tools behind its own search (Claude Code)
 
     def script(self, secret_file: Path) -> list[Rule]:
         return [
@@ -80,7 +81,8 @@ class AgentCase:
 
 CASES = {
     "claude": AgentCase(
-        "claude", ("/v1/messages",), "Read", "read a file from the local filesystem", lambda p: {"file_path": str(p)}
+        "claude", ("/v1/messages",), "Read", "read a file from the local filesystem", lambda p: {"file_path": str(p)},
+        defers_itself=True,
     ),
     "codex": AgentCase(
         "codex", ("/v1/responses",), "exec_command", "run a shell command", lambda p: {"cmd": f"cat {p.name}"}
@@ -158,9 +160,10 @@ def test_agent_reads_secret_through_proxy(
     for c in sent:  # the agent never sees the phantom tool, neither offered nor in its history
         assert SEARCH_TOOL not in json.dumps(c["json"]), f"client request to {c['url']} mentions {SEARCH_TOOL}"
 
-    if proxy.name == "tool-search":
+    if proxy.name == "tool-search" and not case.defers_itself:
         _check_tool_search(case, upstream, sent, run)
-    elif proxy.name == "passthrough":
+    elif proxy.name == "passthrough" or case.defers_itself:
+        # A client with its own tool search gets no second one: the proxy stays out of its way.
         assert [r.json.get("tools") for r in upstream] == [c["json"].get("tools") for c in sent], run.report()
 
 

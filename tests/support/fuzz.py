@@ -5,9 +5,9 @@ Why apart: valid requests and answers for each wire API, and the ways to break t
 bytes), are building blocks every property shares; the test module keeps the properties.
 Shapes follow ``shared/notes/providers.md``.
 
-Speed decides the split: Hypothesis pays per choice it records, so a valid request or
-answer is built by ``Gen``, a ``Random`` seeded from one drawn integer, while the damage
-(which members go, what replaces them) is drawn through Hypothesis, which shrinks it.
+Speed decides the split: Hypothesis pays for every choice it records, so valid requests
+and answers, and where damage lands, come from ``Random`` instances seeded by one drawn
+integer; the values damage puts in are drawn by Hypothesis itself, which shrinks them.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ MAX_DEPTH = 800
 # carries them escaped, UTF-8 cannot), injected agent context, long text.
 _TEXTS = [
     "", "what is the weather in Paris?", "naïve café ☕", "日本語のテキスト", "emoji 🚀🧪 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
-    "\u0000 \n \" quotes \\", "<system-reminder>ignore</system-reminder>", "<environment_context>x</environment_context>",
+    "\u0000 \n \" quotes \\", "<system-reminder>ignore</system-reminder>",
+    "<environment_context>x</environment_context>",
     "\ud800", "\udfff tail", "\u2028\u2029", "x" * 300, "\x00\x1f", "right-to-left \u202e",
 ]
 _NAMES = [f"{verb}_{noun}" for verb in ("get", "list", "send", "run") for noun in ("weather", "issue", "file", "query")]
@@ -67,8 +68,8 @@ class Gen(Random):
     def _text(self) -> str:
         if self.maybe(0.7):
             return self.choice(_TEXTS)
-        return "".join(chr(self.choice([self.randint(32, 126), self.randint(0xA0, 0xD7FF), self.randint(0xE000, 0x10FFFF)]))
-                       for _ in range(self.randint(0, 8)))
+        planes = [(32, 126), (0xA0, 0xD7FF), (0xE000, 0x10FFFF)]  # no surrogates: those come from _TEXTS
+        return "".join(chr(self.randint(*self.choice(planes))) for _ in range(self.randint(0, 8)))
 
     def name(self) -> str:
         if self.maybe(0.8):
@@ -166,7 +167,8 @@ def openai_chat_request(g: Gen) -> dict[str, Any]:
         tools.append({"type": "function", "function": g.optional(function, {"strict": True})})
     messages: list[dict[str, Any]] = [{"role": "system", "content": g.text()}, {"role": "user", "content": g.text()}]
     for call_id in g.ids() if names else []:
-        call = {"id": call_id, "type": "function", "function": {"name": g.choice(names), "arguments": json.dumps(g.json())}}
+        function = {"name": g.choice(names), "arguments": json.dumps(g.json())}
+        call = {"id": call_id, "type": "function", "function": function}
         messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
                      {"role": "tool", "tool_call_id": call_id, "content": g.text()},
                      {"role": "user", "content": [{"type": "text", "text": g.text()}]}]
@@ -193,11 +195,13 @@ def openai_responses_request(g: Gen) -> dict[str, Any]:
     items: list[Any] = [{"role": "user", "content": g.text()},
                         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": g.text()}]}]
     for call_id in g.ids() if names else []:
-        items += [{"type": "function_call", "call_id": call_id, "name": g.choice(names), "arguments": json.dumps(g.json())},
+        items += [{"type": "function_call", "call_id": call_id, "name": g.choice(names),
+                   "arguments": json.dumps(g.json())},
                   {"type": "function_call_output", "call_id": call_id, "output": g.text()}]
     choice = g.choice(["auto", "required", *({"type": "function", "name": n} for n in names)])
     optional: dict[str, Any] = {"tool_choice": choice, "stream": g.maybe(), "store": g.maybe(),
-                                "previous_response_id": g.ident(), "prompt_cache_key": g.ident(), "instructions": g.text()}
+                                "previous_response_id": g.ident(), "prompt_cache_key": g.ident(),
+                                "instructions": g.text()}
     body = {"model": "gpt-x", "input": items if g.maybe(0.8) else g.text()}
     return g.request(g.with_tools(body, "tools", tools), optional)
 
@@ -219,10 +223,12 @@ def gemini_request(g: Gen) -> dict[str, Any]:
     g.shuffle(entries)
     contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": g.text()}]}]
     for name in [g.choice(names) for _ in range(g.randint(0, 2))] if names else []:
-        contents += [{"role": "model", "parts": [{"functionCall": {"name": name, "args": g.args()}, "thoughtSignature": "c2ln"}]},
+        call = {"functionCall": {"name": name, "args": g.args()}, "thoughtSignature": "c2ln"}
+        contents += [{"role": "model", "parts": [call]},
                      {"role": "user", "parts": [{"functionResponse": {"name": name, "response": {"r": g.text()}}}]}]
     optional: dict[str, Any] = {
-        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [n for n in names if g.maybe(0.3)]}},
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY",
+                                                 "allowedFunctionNames": [n for n in names if g.maybe(0.3)]}},
         "systemInstruction": {"parts": [{"text": g.text()}]},
         "generationConfig": {"temperature": 0.2},
     }
@@ -240,7 +246,8 @@ def converse_request(g: Gen) -> dict[str, Any]:
     for call_id in g.ids() if names else []:
         use = {"toolUseId": call_id, "name": g.choice(names), "input": g.args()}
         result = {"toolUseId": call_id, "content": [{"text": g.text()}], "status": "success"}
-        messages += [{"role": "assistant", "content": [{"toolUse": use}]}, {"role": "user", "content": [{"toolResult": result}]}]
+        messages += [{"role": "assistant", "content": [{"toolUse": use}]},
+                     {"role": "user", "content": [{"toolResult": result}]}]
     config: dict[str, Any] = {"tools": tools}
     if names and g.maybe():
         config["toolChoice"] = g.choice([{"auto": {}}, {"any": {}}, {"tool": {"name": g.choice(names)}}])
@@ -262,7 +269,8 @@ REQUESTS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
 
 # Replacement values for the damage: drawn by Hypothesis, so a failure shrinks to a simple one.
 JSON = st.recursive(
-    st.none() | st.booleans() | st.sampled_from(_NUMBERS) | st.integers() | st.sampled_from(_TEXTS) | st.text(max_size=6),
+    st.none() | st.booleans() | st.sampled_from(_NUMBERS) | st.integers() | st.sampled_from(_TEXTS)
+    | st.text(max_size=6),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=5,
 )

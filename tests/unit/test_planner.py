@@ -175,3 +175,36 @@ def test_concurrent_flows_of_one_session_lose_no_kept_tool(relevance):
         t.join()
     assert not failures
     assert set().union(*TOPICS.values()) <= set(names(forwarded(relevance, "thanks, and tomorrow?")))
+
+
+CLAUDE_CODE_TOOLS = [
+    {"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}},
+    {"name": "ToolSearch", "description": "Search deferred tools", "input_schema": {"type": "object"}},
+    *({**t, "defer_loading": True} for t in TOOLS),
+]
+SERVER_SEARCH_TOOLS = [{"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}, *TOOLS]
+
+
+@pytest.mark.parametrize("tools, reason", [
+    (CLAUDE_CODE_TOOLS, "client_defers: defer_loading"),
+    (SERVER_SEARCH_TOOLS, "client_defers: tool_search_tool_bm25_20251119"),
+])
+@pytest.mark.parametrize("strategy", ["tool-search", "relevance"])
+def test_a_client_that_defers_itself_gets_no_second_search_tool(make, tools, reason, strategy, monkeypatch):
+    engine = make(strategy=strategy, search={"backend": "bm25"}, min_tools=3, max_tools=5)
+    written = []
+    monkeypatch.setattr(engine.telemetry, "submit", written.append)
+    prepared = engine.prepare(A, headers(), body("weather forecast for Paris", tools))
+    assert prepared.body is None and prepared.context is None
+    assert written[-1].fallback_reason == reason  # telemetry says why the request passed
+
+
+def test_responses_tool_search_is_a_client_that_defers(make):
+    from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
+
+    tools = [{"type": "tool_search", "execution": "client"},
+             *({"type": "function", "name": t["name"], "description": t["description"],
+                "parameters": t["input_schema"]} for t in TOOLS)]
+    engine = make(strategy="tool-search", search={"backend": "bm25"})
+    raw = json.dumps({"model": "gpt-5.5", "input": "weather forecast", "tools": tools}).encode()
+    assert engine.prepare(OpenAIResponsesAdapter(), headers(), raw).body is None

@@ -427,7 +427,9 @@ def test_one_connection_serves_many_requests_errors_included(server: SelectorSer
     assert len(sockets) == 1
 
 
-def test_kept_alive_requests_do_not_wait_for_delayed_acks(small: SelectorServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kept_alive_requests_do_not_wait_for_delayed_acks(
+    small: SelectorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With Nagle on, each response waited ~40 ms for the client's delayed ACK: the server's
     connection sockets must have TCP_NODELAY set (checked on the socket, not with a clock)."""
     nodelay: list[int] = []

@@ -57,6 +57,22 @@ def phantom_description(deferred: Sequence[Tool], backend: str, limit: int) -> s
     )
 
 
+def client_defers(view: RequestView) -> str | None:
+    """Why the client already defers tools itself, or None.
+
+    Tools it sent with ``defer_loading`` (Claude Code's MCP tools behind its ``ToolSearch``,
+    Responses functions behind ``tool_search``), or a provider-side search tool in its list
+    (Anthropic ``tool_search_tool_*``, Responses ``tool_search``)."""
+    for t in view.tools:
+        if t.pinned == "client_deferred":
+            return "client_defers: defer_loading"
+        if t.pinned in ("server", "builtin") and "tool_search" in t.raw:
+            kind = t.definition.get("type") if isinstance(t.definition, dict) else None
+            if isinstance(kind, str) and kind.startswith("tool_search"):
+                return f"client_defers: {kind}"
+    return None
+
+
 def plan(
     view: RequestView,
     cfg: ToolDiscovery,

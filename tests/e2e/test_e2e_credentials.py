@@ -1,0 +1,497 @@
+"""Credential hygiene of the running proxy: no secret a client sends reaches anything the proxy
+writes, and per-caller state never crosses callers.
+
+One real mitmdump + the addon (tool-search, hybrid search so the embedding cache is written
+too) runs every credential form the APIs accept, each through its real client where one
+exists: Anthropic ``x-api-key`` and ``Authorization: Bearer``, OpenAI ``Bearer sk-…``, Gemini
+``x-goog-api-key`` and ``?key=`` in the URL, Bedrock SigV4 (the proxy re-signs changed bodies
+with the same key from its own AWS chain), Azure OpenAI ``api-key``. Each form runs, JSON and
+streamed, a turn with a search (the proxy's own re-forward), a 500 in the middle of the loop,
+and a 400 on the first request (the proxy resends the client's original). Then the proxy is
+stopped (everything flushed) and every file it wrote is searched, as bytes, for every secret:
+its stdout/stderr, the telemetry JSONL, the session store's files (diskcache: SQLite and
+pickles), the search cache, and anything else under its work dir.
+
+The proxy runs with debug logging and a terminal 200 columns wide (``COLUMNS``), as a user
+investigating a problem runs it: mitmdump's flow listing cuts URLs at the terminal's width, so
+an 80-column default would hide what a real terminal shows.
+
+Tenant isolation, end to end: two Gemini ``?key=`` callers opening with the same message share
+no discovered tool, and a caller with no credential keeps no session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import anthropic
+import boto3
+import botocore.config
+import botocore.exceptions
+import openai
+import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as gt
+
+from tests.e2e.harness import ADDON_PATH, MitmDump
+from tests.fakeprovider import SEARCH_TOOL, FakeProvider, RecordedRequest, Rule, fail, reply, search
+from tests.fakeprovider.providers import PROVIDERS, BedrockConverse, BedrockInvoke, Incoming, OpenAIChat
+from tests.support.catalog import anthropic_tools, openai_tools
+
+pytestmark = pytest.mark.e2e
+
+# --- the secrets: distinctive, in each provider's real shape ------------------------------------
+
+ANTHROPIC_KEY = "sk-ant-api03-tdCredXApiKey7f3a9c1e5b2d4f6a8c0e1357"
+ANTHROPIC_TOKEN = "sk-ant-oat01-tdCredBearer5e7c9a1b3d5f7a9c1e3b2468"
+OPENAI_KEY = "sk-proj-tdCredOpenAi2b4d6f8a0c2e4a6c8e0b2d4f6a8c"
+GEMINI_HEADER_KEY = "AIzaSyTdCredHeaderKey0123456789abcdefgh"  # AIza + 35
+GEMINI_QUERY_KEY = "AIzaSyTdCredQueryKey90123456789abcdefgh"
+TENANT_A_KEY = "AIzaSyTdCredTenantAKey123456789abcdefgh"
+TENANT_B_KEY = "AIzaSyTdCredTenantBKey123456789abcdefgh"
+AWS_KEY_ID = "AKIATDCREDSIGV4TEST1"  # AKIA + 16
+AWS_SECRET = "tdCredAwsSecret/0a1b2c3d4e5f6g7h8i9j0kLm"  # 40, with the "/" AWS secrets carry
+AZURE_KEY = "7dc4ed5ecbe34c1f9a2b8d6e0f1a3c5e"  # 32 hex, as Azure issues them
+
+AZURE_ENDPOINT = "https://tdcred.openai.azure.com"
+AZURE_HOST_RE = r"[a-z0-9-]+\.openai\.azure\.com"
+GEMINI_MODEL = "gemini-2.5-flash"
+GEMINI_URL = f"https://generativelanguage.googleapis.com/v1beta/models/{GEMINI_MODEL}"
+BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1:0"
+TARGET = "mcp__weather__get_forecast"
+CATALOG = anthropic_tools(60)
+AWS_PROFILE = "tdcred"
+COLUMNS = "200"
+
+CONFIG = """
+pipes:
+  tool_discovery:
+    enabled: true
+    strategy: tool-search
+    max_search_results: 3
+    search:
+      backend: hybrid
+      cache_dir: {d}/search-cache
+      timeout: 60s  # the first search embeds the catalog: slow on a loaded machine, and not under test
+hosts:
+  - api.anthropic.com
+  - api.openai.com
+  - generativelanguage.googleapis.com
+  - "bedrock-runtime.*.amazonaws.com"
+  - "*.openai.azure.com"
+sessions:
+  dir: {d}/sessions
+telemetry:
+  path: {d}/telemetry.jsonl
+"""
+
+# Errors a client raises when the proxy passes an upstream failure on (the failure scenarios).
+CLIENT_ERRORS = (anthropic.APIError, openai.APIError, genai_errors.APIError, botocore.exceptions.ClientError)
+
+
+# --- the fake: every provider, Azure's deployment route, Bedrock with this module's AWS key -------
+
+
+class AzureChat(OpenAIChat):
+    """Azure OpenAI Chat Completions: the deployment in the path, the key in ``api-key``."""
+
+    name = "azure-chat"
+    _ROUTE = re.compile(r"^/openai/deployments/[^/]+/chat/completions$")
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        return {} if method == "POST" and self._ROUTE.match(path) else None
+
+    def authenticated(self, req: Incoming) -> bool:
+        return bool(req.headers.get("api-key"))
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[FakeProvider]:
+    bedrock = [BedrockConverse(AWS_KEY_ID, AWS_SECRET), BedrockInvoke(AWS_KEY_ID, AWS_SECRET)]
+    others = [p for p in PROVIDERS if not isinstance(p, (BedrockConverse, BedrockInvoke))]
+    with FakeProvider(stream_delay=0.0, providers=[*others, *bedrock, AzureChat()]) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def proxy(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MitmDump]:
+    """mitmdump + the addon; its AWS chain holds the clients' key (a private credentials file)."""
+    aws = tmp_path_factory.mktemp("aws")
+    (aws / "credentials").write_text(
+        f"[{AWS_PROFILE}]\naws_access_key_id = {AWS_KEY_ID}\naws_secret_access_key = {AWS_SECRET}\n")
+    (aws / "config").write_text(f"[profile {AWS_PROFILE}]\nregion = us-east-1\n")
+    mitm = MitmDump(
+        tmp_path_factory.mktemp("credentials"),
+        provider.url,
+        script=ADDON_PATH,
+        config=lambda d: CONFIG.format(d=d),
+        extra_args=["--map-remote", f"|^https://{AZURE_HOST_RE}(?::443)?(?=/)|{provider.url}",
+                    "--set", "termlog_verbosity=debug"],
+        name="credentials",
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                     "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                     "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_BEARER_TOKEN_BEDROCK"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(aws / "credentials"))
+        mp.setenv("AWS_CONFIG_FILE", str(aws / "config"))
+        mp.setenv("AWS_PROFILE", AWS_PROFILE)
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        mp.setenv("COLUMNS", COLUMNS)
+        mitm.start()
+    yield mitm
+    mitm.stop()
+
+
+# --- the clients, one per credential form ---------------------------------------------------------
+
+
+def fresh(text: str) -> str:
+    """A first user message no other run used: each run is its own session."""
+    return f"{text} [{uuid.uuid4().hex[:8]}]"
+
+
+def gemini_tools() -> list[dict[str, Any]]:
+    return [{"functionDeclarations": [{"name": t["name"], "description": t["description"],
+                                       "parametersJsonSchema": t["input_schema"]} for t in CATALOG]}]
+
+
+def send_anthropic(client: anthropic.Anthropic, text: str, stream: bool) -> None:
+    kw: dict[str, Any] = dict(model="claude-sonnet-4-5", max_tokens=256, tools=CATALOG,
+                              messages=[{"role": "user", "content": text}])
+    if stream:
+        with client.messages.stream(**kw) as s:
+            s.get_final_message()
+    else:
+        client.messages.create(**kw)
+
+
+def send_chat(client: openai.OpenAI, text: str, stream: bool) -> None:
+    kw: dict[str, Any] = dict(model="gpt-5", tools=openai_tools(60), messages=[{"role": "user", "content": text}])
+    if stream:
+        for _ in client.chat.completions.create(stream=True, **kw):
+            pass
+    else:
+        client.chat.completions.create(**kw)
+
+
+def anthropic_key(mitm: MitmDump, text: str, stream: bool) -> None:
+    with mitm.anthropic(api_key=ANTHROPIC_KEY) as client:
+        send_anthropic(client, text, stream)
+
+
+def anthropic_bearer(mitm: MitmDump, text: str, stream: bool) -> None:
+    with mitm.anthropic(api_key=None, auth_token=ANTHROPIC_TOKEN) as client:
+        send_anthropic(client, text, stream)
+
+
+def openai_bearer(mitm: MitmDump, text: str, stream: bool) -> None:
+    with mitm.openai(api_key=OPENAI_KEY) as client:
+        send_chat(client, text, stream)
+
+
+def azure_key(mitm: MitmDump, text: str, stream: bool) -> None:
+    http = openai.DefaultHttpxClient(proxy=mitm.url, verify=mitm.ssl_context(), trust_env=False)
+    with openai.AzureOpenAI(api_key=AZURE_KEY, azure_endpoint=AZURE_ENDPOINT, api_version="2024-10-21",
+                            http_client=http, max_retries=0, timeout=60) as client:
+        send_chat(client, text, stream)
+
+
+def gemini_header(mitm: MitmDump, text: str, stream: bool) -> None:
+    args = {"proxy": mitm.url, "verify": mitm.ssl_context(), "trust_env": False}
+    options = gt.HttpOptions(client_args=args, retry_options=gt.HttpRetryOptions(attempts=1))
+    client = genai.Client(api_key=GEMINI_HEADER_KEY, http_options=options)
+    decls = [gt.FunctionDeclaration(name=t["name"], description=t["description"], parameters_json_schema=t["input_schema"])
+             for t in CATALOG]
+    config = gt.GenerateContentConfig(tools=[gt.Tool(function_declarations=decls)])
+    if stream:
+        for _ in client.models.generate_content_stream(model=GEMINI_MODEL, contents=text, config=config):
+            pass
+    else:
+        client.models.generate_content(model=GEMINI_MODEL, contents=text, config=config)
+
+
+def gemini_query(mitm: MitmDump, text: str, stream: bool, key: str = GEMINI_QUERY_KEY,
+                 contents: list[dict[str, Any]] | None = None) -> int:
+    """Gemini's REST form with ``?key=`` in the URL (no SDK sends it; curl recipes and older
+    clients do). Returns the status the client saw."""
+    method = f":streamGenerateContent?alt=sse&key={key}" if stream else f":generateContent?key={key}"
+    body = {"contents": contents or [{"role": "user", "parts": [{"text": text}]}], "tools": gemini_tools()}
+    with mitm.httpx_client() as http:
+        return http.post(GEMINI_URL + method, json=body).status_code
+
+
+def bedrock_sigv4(mitm: MitmDump, text: str, stream: bool, signatures: list[str]) -> None:
+    """boto3 signs with SigV4; every Authorization it sends goes to ``signatures``."""
+    config = botocore.config.Config(proxies={"https": mitm.url}, retries={"total_max_attempts": 1, "mode": "standard"})
+    client = boto3.client("bedrock-runtime", region_name="us-east-1", config=config, verify=str(mitm.ca_path),
+                          aws_access_key_id=AWS_KEY_ID, aws_secret_access_key=AWS_SECRET)
+
+    def keep_signature(request: Any, **_: Any) -> None:
+        value = request.headers["Authorization"]
+        signatures.append(value.decode() if isinstance(value, bytes) else value)
+
+    client.meta.events.register("before-send.bedrock-runtime.*", keep_signature)
+    tools = {"tools": [{"toolSpec": {"name": t["name"], "description": t["description"],
+                                     "inputSchema": {"json": t["input_schema"]}}} for t in CATALOG]}
+    kw = dict(modelId=BEDROCK_MODEL, messages=[{"role": "user", "content": [{"text": text}]}], toolConfig=tools)
+    if stream:
+        for _ in client.converse_stream(**kw)["stream"]:
+            pass
+    else:
+        client.converse(**kw)
+
+
+@dataclass(frozen=True)
+class Form:
+    """One way a client proves who it is: the secrets it carries and how it sends a turn."""
+
+    name: str
+    secrets: tuple[str, ...]
+    send: Callable[..., Any]
+
+
+FORMS = (
+    Form("anthropic x-api-key", (ANTHROPIC_KEY,), anthropic_key),
+    Form("anthropic bearer", (ANTHROPIC_TOKEN,), anthropic_bearer),
+    Form("openai bearer", (OPENAI_KEY,), openai_bearer),
+    Form("gemini x-goog-api-key", (GEMINI_HEADER_KEY,), gemini_header),
+    Form("gemini ?key=", (GEMINI_QUERY_KEY, TENANT_A_KEY, TENANT_B_KEY), gemini_query),
+    Form("bedrock sigv4", (AWS_KEY_ID, AWS_SECRET), bedrock_sigv4),
+    Form("azure api-key", (AZURE_KEY,), azure_key),
+)
+BY_NAME = {f.name: f for f in FORMS}
+
+# scenario -> (script, statuses the fake answers in order)
+SCENARIOS: dict[str, tuple[Callable[[], list[Rule]], list[int]]] = {
+    "search": (lambda: [search("weather forecast"), reply("Sunny.")], [200, 200]),
+    "500 mid-loop": (lambda: [search("weather forecast"), fail(500, "overloaded", nth=2)], [200, 500]),
+    "400 first, original resent": (lambda: [fail(400, "tools rejected", nth=1), reply("Sunny.")], [400, 200]),
+}
+
+
+# --- the traffic, run once; the tests below read what it left ------------------------------------
+
+
+@dataclass
+class Run:
+    requests: list[RecordedRequest]
+    error: str | None = None
+
+
+@dataclass
+class Traffic:
+    workdir: Path
+    log: Path
+    runs: dict[tuple[str, str, bool], Run] = field(default_factory=dict)
+    tenants: dict[str, list[RecordedRequest]] = field(default_factory=dict)
+    sessions: dict[str, list[str]] = field(default_factory=dict)  # telemetry session of each request
+    signatures: list[str] = field(default_factory=list)  # every SigV4 signature seen on the wire
+
+
+def recorded(fake: FakeProvider, count: int) -> list[RecordedRequest]:
+    return [r for r in fake.wait_for_requests(count) if r.api is not None]
+
+
+def run_scenario(mitm: MitmDump, fake: FakeProvider, form: Form, scenario: str, stream: bool,
+                 signatures: list[str]) -> Run:
+    script, statuses = SCENARIOS[scenario]
+    fake.reset()
+    fake.set_script(script())
+    extra = (signatures,) if form.send is bedrock_sigv4 else ()
+    error = None
+    try:
+        form.send(mitm, fresh("What's the weather forecast for Paris?"), stream, *extra)
+    except CLIENT_ERRORS as e:
+        error = f"{type(e).__name__}: {e}"[:500]
+    return Run(recorded(fake, len(statuses)), error)
+
+
+def telemetry_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def next_record(path: Path, seen: int, timeout: float = 30.0) -> dict[str, Any]:
+    """The record after the first ``seen`` (written by a background thread: wait for it)."""
+    deadline = time.monotonic() + timeout
+    while len(lines := telemetry_lines(path)) <= seen:
+        assert time.monotonic() < deadline, f"no telemetry record after {seen}"
+        time.sleep(0.05)
+    return lines[seen]
+
+
+def session_of(mitm: MitmDump, telemetry: Path, key: str | None, text: str) -> str:
+    """The telemetry session of one Gemini turn sent with ``?key=key`` (None: no credential)."""
+    seen = len(telemetry_lines(telemetry))
+    method = f":generateContent?key={key}" if key else ":generateContent"
+    body = {"contents": [{"role": "user", "parts": [{"text": text}]}], "tools": gemini_tools()}
+    with mitm.httpx_client() as http:
+        http.post(GEMINI_URL + method, json=body)
+    return next_record(telemetry, seen)["session"]
+
+
+def run_tenants(mitm: MitmDump, fake: FakeProvider, traffic: Traffic) -> None:
+    """Caller A searches and finds TARGET, then sends a second turn (its session loads TARGET
+    upfront: the control). Caller B, another key, sends the same conversation."""
+    opening = fresh("What's the weather forecast for Paris?")
+    second_turn = [{"role": "user", "parts": [{"text": opening}]}, {"role": "model", "parts": [{"text": "Sunny."}]},
+                   {"role": "user", "parts": [{"text": "And tomorrow?"}]}]
+    fake.reset()
+    fake.set_script([search("weather forecast"), reply("Sunny.")])
+    assert gemini_query(mitm, opening, False, TENANT_A_KEY) == 200
+    traffic.tenants["a first turn"] = recorded(fake, 2)
+    for name, key in (("a second turn", TENANT_A_KEY), ("b same conversation", TENANT_B_KEY)):
+        fake.reset()
+        fake.set_script([reply("Sunny again.")])
+        assert gemini_query(mitm, opening, False, key, contents=second_turn) == 200
+        traffic.tenants[name] = recorded(fake, 1)
+
+
+@pytest.fixture(scope="module")
+def traffic(proxy: MitmDump, provider: FakeProvider) -> Traffic:
+    """Every form x scenario x (JSON, stream), the tenant runs; then the proxy stops, flushing all."""
+    result = Traffic(proxy.workdir, proxy.log_path)
+    for form in FORMS:
+        for scenario in SCENARIOS:
+            for stream in (False, True):
+                result.runs[(form.name, scenario, stream)] = run_scenario(
+                    proxy, provider, form, scenario, stream, result.signatures)
+    run_tenants(proxy, provider, result)
+    telemetry = proxy.workdir / "telemetry.jsonl"
+    provider.reset()
+    provider.set_script([reply("Hi.")])
+    opening = fresh("hello")
+    result.sessions["no credential"] = [session_of(proxy, telemetry, None, opening) for _ in range(2)]
+    result.sessions["one key"] = [session_of(proxy, telemetry, TENANT_A_KEY, opening) for _ in range(2)]
+    for run in result.runs.values():  # the proxy's own signatures (re-signed bodies) too
+        result.signatures += [r.header("authorization") or "" for r in run.requests]
+    proxy.stop()
+    return result
+
+
+# --- the scenarios really ran: every form went through the re-forward and the resend --------------
+
+
+def tool_names(rec: RecordedRequest) -> list[str]:
+    return rec.tool_names or []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("form", [f.name for f in FORMS])
+def test_scenario_ran(traffic: Traffic, form: str, scenario: str, stream: bool) -> None:
+    run = traffic.runs[(form, scenario, stream)]
+    assert [r.status for r in run.requests] == SCENARIOS[scenario][1], [(r.status, r.error) for r in run.requests]
+    first, second = run.requests
+    if scenario == "400 first, original resent":
+        assert run.error is None, run.error
+        assert SEARCH_TOOL in tool_names(first) and len(tool_names(second)) == len(CATALOG)
+    else:
+        assert tool_names(first) == [SEARCH_TOOL] and TARGET in tool_names(second)
+    if scenario == "search":
+        assert run.error is None, run.error
+
+
+# --- nothing the proxy wrote holds a secret ----------------------------------------------------------
+
+
+def files(traffic: Traffic, artifact: str) -> list[Path]:
+    """The files of one artifact; "other files" is everything else under the proxy's work dir."""
+    named = {
+        "mitmdump log": [traffic.log],
+        "telemetry": [traffic.workdir / "telemetry.jsonl"],
+        "sessions": sorted(p for p in (traffic.workdir / "sessions").rglob("*") if p.is_file()),
+        "search cache": sorted(p for p in (traffic.workdir / "search-cache").rglob("*") if p.is_file()),
+    }
+    if artifact in named:
+        return named[artifact]
+    claimed = {p for group in named.values() for p in group}
+    return sorted(p for p in traffic.workdir.rglob("*") if p.is_file() and p not in claimed)
+
+
+def needles(traffic: Traffic, form: Form) -> list[bytes]:
+    """The form's secrets as they could appear: as sent, and percent-encoded; Bedrock's also
+    every signature seen on the wire (a signature replays its request for minutes)."""
+    values = list(form.secrets)
+    if form.name == "bedrock sigv4":
+        values += [m.group(1) for a in traffic.signatures if (m := re.search(r"Signature=([0-9a-f]+)", a))]
+    return sorted({v.encode() for s in values for v in (s, quote(s, safe=""))})
+
+
+ARTIFACTS = ("mitmdump log", "telemetry", "sessions", "search cache", "other files")
+DUMPER_PRINTS_URL = (
+    "mitmproxy's dumper prints each flow's request URL, query string included (so Gemini's ?key=), "
+    "straight to stdout (Dumper.echo -> print), not through logging: the addon's redacting filter "
+    "never sees it; at flow_detail=1 the URL is cut only at the terminal's width"
+)
+
+
+def secret_cases() -> list[Any]:
+    cases = []
+    for artifact in ARTIFACTS:
+        for form in FORMS:
+            marks = ()
+            if artifact == "mitmdump log" and form.name == "gemini ?key=":
+                marks = (pytest.mark.xfail(strict=True, reason=DUMPER_PRINTS_URL),)
+            cases.append(pytest.param(artifact, form.name, marks=marks, id=f"{artifact}-{form.name}"))
+    return cases
+
+
+@pytest.mark.parametrize(("artifact", "form"), secret_cases())
+def test_no_secret_written(traffic: Traffic, artifact: str, form: str) -> None:
+    found = []
+    for path in files(traffic, artifact):
+        data = path.read_bytes()
+        found += [f"{path.relative_to(traffic.workdir)}: {needle.decode()}" for needle in needles(traffic, BY_NAME[form])
+                  if needle in data]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("artifact", ARTIFACTS[:4])
+def test_artifacts_were_written(traffic: Traffic, artifact: str) -> None:
+    """The searches above looked at real output: each artifact exists and holds data."""
+    paths = files(traffic, artifact)
+    assert paths and sum(p.stat().st_size for p in paths) > 0, artifact
+    if artifact == "mitmdump log":
+        text = traffic.log.read_text()
+        assert ":generateContent" in text and "/v1/messages" in text  # the flow listing is there
+    if artifact == "telemetry":
+        records = telemetry_lines(paths[0])
+        assert any(r["searches"] for r in records) and any(r["fallback_reason"] for r in records)
+
+
+def test_signatures_were_collected(traffic: Traffic) -> None:
+    assert len(needles(traffic, BY_NAME["bedrock sigv4"])) > 4
+
+
+# --- tenants ---------------------------------------------------------------------------------------------
+
+
+def test_tenants_with_the_same_opening_share_no_found_tool(traffic: Traffic) -> None:
+    """Caller A found TARGET; its next turn carries it (the session works); caller B, with another
+    ``?key=`` and the very same conversation, does not get it."""
+    first = traffic.tenants["a first turn"]
+    assert TARGET not in tool_names(first[0]) and TARGET in tool_names(first[1])
+    (a_again,) = traffic.tenants["a second turn"]
+    assert TARGET in tool_names(a_again)
+    (b,) = traffic.tenants["b same conversation"]
+    assert TARGET not in tool_names(b) and tool_names(b) == [SEARCH_TOOL]
+
+
+def test_no_credential_keeps_no_session(traffic: Traffic) -> None:
+    """The same opening twice: one key maps both requests to one session (the control); without a
+    credential each request is a session of its own."""
+    keyed, anonymous = traffic.sessions["one key"], traffic.sessions["no credential"]
+    assert keyed[0] == keyed[1]
+    assert anonymous[0] != anonymous[1]
