@@ -9,7 +9,6 @@ not surface as a strange rewrite in the middle of a user's session. The
 from __future__ import annotations
 
 import fnmatch
-import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import yaml
+
+from .bytecache import MiB, memoize
 
 from .search.factory import BACKENDS as SEARCH_BACKENDS
 
@@ -132,7 +133,7 @@ class Config:
         return any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in self.hosts)
 
 
-@functools.lru_cache(maxsize=50_000)
+@memoize(4 * MiB)  # keyed by tool names the client picks: bounded by bytes
 def _matches(patterns: tuple[str, ...], name: str) -> bool:
     return any(name == p or fnmatch.fnmatchcase(name, p) for p in patterns)
 
