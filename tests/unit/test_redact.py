@@ -116,7 +116,8 @@ def test_httpx_request_log_line_is_redacted(captured):
     logger, out = captured
     httpx_logger = logging.getLogger("httpx")
     httpx_logger.addHandler(logger.handlers[0])
-    old_level, httpx_logger.level = httpx_logger.level, logging.INFO
+    old_level = httpx_logger.level
+    httpx_logger.setLevel(logging.INFO)  # setLevel, not .level=: it also clears the enabled-for cache
     # Another test's logging.config may have disabled existing loggers; this one must speak.
     old_disabled, httpx_logger.disabled = httpx_logger.disabled, False
     try:
@@ -124,7 +125,8 @@ def test_httpx_request_log_line_is_redacted(captured):
             client.post(GEMINI_URL, json={})
     finally:
         httpx_logger.removeHandler(logger.handlers[0])
-        httpx_logger.level, httpx_logger.disabled = old_level, old_disabled
+        httpx_logger.setLevel(old_level)
+        httpx_logger.disabled = old_disabled
     printed = out.getvalue()
     assert "HTTP Request: POST https://generativelanguage.googleapis.com/" in printed and "200 OK" in printed
     assert clean(printed) and f"?key={MASK}" in printed
