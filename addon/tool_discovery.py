@@ -33,7 +33,6 @@ from tooldisco.engine import Engine  # noqa: E402
 from tooldisco.net import relay as relay_mod  # noqa: E402
 from tooldisco.net.relay import Relay  # noqa: E402
 from tooldisco.net.upstream import UpstreamClient, UpstreamOptions  # noqa: E402
-from tooldisco.planner import FlowContext  # noqa: E402
 from tooldisco.providers.base import Adapter  # noqa: E402
 from tooldisco.redact import RedactingFilter  # noqa: E402
 from tooldisco.runner import Answer, Head  # noqa: E402

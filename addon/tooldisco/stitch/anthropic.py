@@ -79,8 +79,6 @@ class AnthropicEventStitcher(Stitcher):
         self._held: dict[str, Event] = {}  # this round's message_delta / message_stop
         self._totals: dict[str, Any] = {}  # carried keys summed over the rounds that ended
         self._error: Any = None  # the upstream error event passed on
-        self._out = bytearray()  # client bytes decided at a round's end, sent with the next call
-        self._ended = False  # the client stream is over (an error or the closing events went out)
 
     @abstractmethod
     def _new_decoder(self) -> EventDecoder:
@@ -136,19 +134,6 @@ class AnthropicEventStitcher(Stitcher):
             return out
         self._ended = True
         return out + self._error_bytes(failure)
-
-    def _take(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
-        return out
-
-    def _relay(self, events: list[Event]) -> bytes:
-        out = bytearray()
-        for event in events:
-            if self._ended:  # nothing may follow an error
-                break
-            out += self._pass(event)
-        return bytes(out)
 
     def _pass(self, event: Event) -> bytes:
         """The client bytes for one upstream event (``b""``: held or hidden)."""

@@ -70,10 +70,17 @@ class Failure:
         return None
 
     def text(self) -> str:
-        """A human-readable message: the upstream's own, else ours, else the status."""
+        """A human-readable message: the upstream's own (``{"error": {"message"}}``, or Bedrock's
+        ``{"message"}``), else ours, else the status."""
         error = self.upstream_error()
         if error and isinstance(error.get("message"), str):
             return error["message"]
+        try:
+            body = json.loads(self.body)
+        except (ValueError, UnicodeDecodeError):
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("message"), str):
+            return body["message"]
         return self.message or f"upstream answered HTTP {self.status}"
 
 
@@ -83,6 +90,8 @@ class Stitcher(ABC):
     def __init__(self, phantom: str) -> None:
         self.phantom = phantom  # the search tool's name: its calls never reach the client
         self.rounds = 1  # the round being fed, from 1
+        self._out = bytearray()  # client bytes decided but not returned yet
+        self._ended = False  # the client stream is over (an error or the closing events went out)
 
     @abstractmethod
     def feed(self, data: bytes) -> bytes: ...
@@ -98,6 +107,34 @@ class Stitcher(ABC):
 
     @abstractmethod
     def fail(self, failure: Failure) -> bytes: ...
+
+    def _take(self) -> bytes:
+        out = bytes(self._out)
+        self._out.clear()
+        return out
+
+    def _relay(self, events: list[Any]) -> bytes:
+        """The client bytes for upstream events, in order; nothing follows an error."""
+        out = bytearray()
+        for event in events:
+            if self._ended:
+                break
+            out += self._pass(event)
+        return bytes(out)
+
+    def _pass(self, event: Any) -> bytes:
+        """The client bytes for one upstream event (``b""``: held or hidden)."""
+        raise NotImplementedError
+
+
+# OpenAI's error ``type`` for each kind of failure (Chat and Responses share them).
+OPENAI_ERROR_TYPES = {
+    "rate_limit": "rate_limit_exceeded",
+    "invalid_request": "invalid_request_error",
+    "overloaded": "server_error",
+    "timeout": "server_error",
+    "server_error": "server_error",
+}
 
 
 def error_kind(status: int) -> str:

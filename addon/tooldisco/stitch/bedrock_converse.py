@@ -26,7 +26,6 @@ round that did not complete.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..providers.common import sum_usage
@@ -49,17 +48,6 @@ _SUMMED = ("usage", "metrics")
 _INDEX = "contentBlockIndex"
 
 
-def _message(failure: Failure) -> str:
-    """Bedrock's error bodies are ``{"message": ...}`` (the type travels in a header)."""
-    try:
-        body = json.loads(failure.body)
-    except (ValueError, UnicodeDecodeError):
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return body["message"]
-    return failure.text()
-
-
 class ConverseStitcher(Stitcher):
     """ConverseStream event-stream frames."""
 
@@ -72,8 +60,6 @@ class ConverseStitcher(Stitcher):
         self._held: dict[str, Event] = {}  # this round's messageStop / metadata
         self._totals: dict[str, Any] = {}  # usage / metrics summed over the rounds that ended
         self._error: Any = None  # the upstream exception passed on
-        self._out = bytearray()  # client bytes decided at a round's end, sent with the next call
-        self._ended = False  # the client stream is over
 
     def feed(self, data: bytes) -> bytes:
         out = self._take()
@@ -119,12 +105,7 @@ class ConverseStitcher(Stitcher):
             ":content-type": "application/json",
             ":message-type": "exception",
         }
-        return out + encode_frame(headers, dumps({"message": _message(failure)}).encode("utf-8"))
-
-    def _take(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
-        return out
+        return out + encode_frame(headers, dumps({"message": failure.text()}).encode("utf-8"))
 
     def _pass(self, event: Event) -> bytes:
         """The client bytes for one upstream frame (``b""``: held or hidden)."""

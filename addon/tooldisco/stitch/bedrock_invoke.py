@@ -19,7 +19,6 @@ that ends inside a frame is a round that did not complete.
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any, ClassVar
 
 from ..streams.bedrock import METRICS, InvokeStreamDecoder
@@ -37,17 +36,6 @@ _EXCEPTIONS = {
     "server_error": "internalServerException",
 }
 _CHUNK = {":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"}
-
-
-def _message(failure: Failure) -> str:
-    """Bedrock's error bodies are ``{"message": ...}`` (the type travels in a header)."""
-    try:
-        body = json.loads(failure.body)
-    except (ValueError, UnicodeDecodeError):
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return body["message"]
-    return failure.text()
 
 
 class InvokeStitcher(AnthropicEventStitcher):
@@ -74,4 +62,4 @@ class InvokeStitcher(AnthropicEventStitcher):
             ":content-type": "application/json",
             ":message-type": "exception",
         }
-        return encode_frame(headers, dumps({"message": _message(failure)}).encode("utf-8"))
+        return encode_frame(headers, dumps({"message": failure.text()}).encode("utf-8"))

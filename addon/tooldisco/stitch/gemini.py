@@ -116,8 +116,6 @@ class GeminiStitcher(Stitcher):
         self._response_id: Any = None  # round 1's responseId
         self._error: Any = None  # the upstream error chunk passed on
         self._opened = False  # array form: the "[" went out
-        self._out = bytearray()  # client bytes decided at a round's end, sent with the next call
-        self._ended = False  # the client stream is over
 
     def feed(self, data: bytes) -> bytes:
         if not self.sse:
@@ -174,19 +172,6 @@ class GeminiStitcher(Stitcher):
         if self.sse:
             return out + encode_event(error, newline=SSE_NEWLINE)
         return out + (_SEPARATOR if self._opened else b"[") + error.encode("utf-8") + _END
-
-    def _take(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
-        return out
-
-    def _relay(self, events: list[Event]) -> bytes:
-        out = bytearray()
-        for event in events:
-            if self._ended:  # nothing may follow an error
-                break
-            out += self._pass(event)
-        return bytes(out)
 
     def _pass(self, event: Event) -> bytes:
         """The client bytes for one upstream chunk (``b""``: held or hidden)."""

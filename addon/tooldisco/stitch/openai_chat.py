@@ -41,18 +41,11 @@ from ..providers.common import sum_usage
 from ..streams.common import Event, IncompleteStream, StreamError, as_dict, dumps
 from ..streams.openai_chat import DONE, ChatCompletionStreamDecoder
 from ..streams.sse import encode_event
-from .base import Failure, RoundEnd, Stitcher, error_kind
+from .base import Failure, OPENAI_ERROR_TYPES, RoundEnd, Stitcher, error_kind
 
 _CHUNK = "chat.completion.chunk"
 _SEPARATOR = "\n\n"  # between rounds' texts, as OpenAIChatAdapter.merge joins them
 # error_kind -> the OpenAI error type (and code) when the upstream gave no error object.
-_ERROR_TYPES = {
-    "rate_limit": "rate_limit_exceeded",
-    "invalid_request": "invalid_request_error",
-    "overloaded": "server_error",
-    "timeout": "server_error",
-    "server_error": "server_error",
-}
 
 
 class ChatStitcher(Stitcher):
@@ -65,8 +58,6 @@ class ChatStitcher(Stitcher):
         self._next_call: dict[int, int] = {}  # choice -> the client's next tool-call index
         self._texted: set[int] = set()  # choices whose earlier rounds showed content
         self._prior_usage: Any = None  # usage summed over the finished rounds
-        self._out = bytearray()  # client bytes decided but not returned yet
-        self._ended = False  # [DONE] or an error went out: the client stream is over
         self._start_round()
 
     def _start_round(self) -> None:
@@ -222,11 +213,6 @@ class ChatStitcher(Stitcher):
         except (IncompleteStream, StreamError):
             return None
 
-    def _take(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
-        return out
-
 
 def _closes(chunk: dict[str, Any]) -> bool:
     """A chunk that ends the completion: a finish_reason, or the usage chunk."""
@@ -238,6 +224,6 @@ def _closes(chunk: dict[str, Any]) -> bool:
 
 def _error_object(failure: Failure) -> dict[str, Any]:
     """The OpenAI error object for a failure: the upstream's own where its body has one."""
-    kind = _ERROR_TYPES[error_kind(failure.status)]
+    kind = OPENAI_ERROR_TYPES[error_kind(failure.status)]
     base = {"message": failure.text(), "type": kind, "param": None, "code": kind}
     return {**base, **(failure.upstream_error() or {}), "message": failure.text()}

@@ -52,18 +52,11 @@ from ..providers.openai_responses import OpenAIResponsesAdapter, echoed_fields, 
 from ..streams.common import Event, IncompleteStream, StreamError, dumps
 from ..streams.openai_responses import ResponsesStreamDecoder
 from ..streams.sse import encode_event
-from .base import Failure, RoundEnd, Stitcher, error_kind
+from .base import Failure, OPENAI_ERROR_TYPES, RoundEnd, Stitcher, error_kind
 
 _LIFECYCLE = ("response.created", "response.queued", "response.in_progress")
 _HELD_TERMINAL = ("response.completed", "response.incomplete")
 # error_kind -> the OpenAI error type; the code a failed response names, when the upstream gave none.
-_ERROR_TYPES = {
-    "rate_limit": "rate_limit_exceeded",
-    "invalid_request": "invalid_request_error",
-    "overloaded": "server_error",
-    "timeout": "server_error",
-    "server_error": "server_error",
-}
 _ADAPTER = OpenAIResponsesAdapter()
 
 
@@ -79,8 +72,6 @@ class ResponsesStitcher(Stitcher):
         self._next_index = 0  # the client's next output_index
         self._shown: dict[str, Any] | None = None  # the finished visible rounds, merged
         self._id: str | None = None  # round 1's response id
-        self._out = bytearray()  # client bytes decided but not returned yet
-        self._ended = False  # a terminal or error event went out: the client stream is over
         self._start_round()
 
     def _start_round(self) -> None:
@@ -256,16 +247,11 @@ class ResponsesStitcher(Stitcher):
         self._next_index += 1
         return self._next_index - 1
 
-    def _take(self) -> bytes:
-        out = bytes(self._out)
-        self._out.clear()
-        return out
-
 
 def _error_object(failure: Failure) -> dict[str, Any]:
     """The OpenAI error object for a failure: the upstream's own fields where its body has one."""
     upstream = failure.upstream_error() or {}
-    kind = _ERROR_TYPES[error_kind(failure.status)]
+    kind = OPENAI_ERROR_TYPES[error_kind(failure.status)]
     code = upstream.get("code")
     return {"type": upstream.get("type") or kind, "code": code if isinstance(code, str) else kind,
             "message": failure.text(), "param": upstream.get("param")}
