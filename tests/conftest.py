@@ -13,5 +13,5 @@ for path in (ROOT / "addon", ROOT):
 # Property tests draw the same examples on every run and machine, so CI is reproducible and
 # a failure can be replayed; HYPOTHESIS_PROFILE=explore draws fresh ones (locally, to hunt).
 settings.register_profile("ci", derandomize=True, deadline=None, database=None, print_blob=True)
-settings.register_profile("explore", deadline=None)
+settings.register_profile("explore", deadline=None, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

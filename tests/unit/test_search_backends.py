@@ -20,6 +20,8 @@ from tooldisco.search.index_cache import IndexCache
 from tooldisco.search.regex_search import RegexSearcher
 from tooldisco.search.tokens import terms, words
 
+from tests.support import semantic
+
 
 def tool(name: str, description: str, **params: str | dict) -> Tool:
     """A tool as an adapter would make it, with an Anthropic-shaped raw definition."""
@@ -234,15 +236,10 @@ def test_missing_model_is_warned_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def embedder_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("tokenizers")
-    try:
-        embeddings.model_files()
-    except embeddings.EmbeddingUnavailable as exc:
-        pytest.skip(f"semantic extra not installed: {exc}")
     return str(tmp_path_factory.mktemp("embeddings"))
 
 
+@semantic.needs_semantic
 def test_hybrid_finds_paraphrases(embedder_dir: str) -> None:
     s = HybridSearcher(embedder_dir)
     ranking = s.rank("open a bug report", CATALOG, 3)
@@ -253,6 +250,7 @@ def test_hybrid_finds_paraphrases(embedder_dir: str) -> None:
     assert {"get_weather", "send_message"} <= set(multi)
 
 
+@semantic.needs_semantic
 def test_embeddings_are_normalised_and_cached_on_disk(embedder_dir: str) -> None:
     import numpy as np
 
