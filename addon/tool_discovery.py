@@ -212,7 +212,7 @@ class ToolDiscovery:
         async def serve(headers: list[tuple[str, str]], body: bytes) -> AsyncIterator[Head | bytes]:
             # The Host mitmproxy sent names the relay; the real one comes from ``url``.
             headers = [(k, v) for k, v in headers if k.lower() != "host"]
-            first = await client.open(url, headers, body)
+            first = await runner.timed(client.open(url, headers, body))
             async for item in runner.live(first, self._opener(url, headers, aws, client)):
                 yield item
 

@@ -10,6 +10,7 @@ helpers walk objects and arrays with it instead of re-serializing the body.
 from __future__ import annotations
 
 import json
+import re
 from typing import Sequence
 
 _DECODER = json.JSONDecoder()
@@ -135,6 +136,20 @@ def set_member(text: str, obj: Span, key: str, value: str) -> str:
     return text[:close] + sep + json.dumps(key) + ":" + value + text[close:]
 
 
-def dumps(value: object) -> str:
-    """Compact JSON for the values we create ourselves (phantom tool, results)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+# A lone surrogate: JSON text carries one only escaped (``\ud800``), UTF-8 cannot at all.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def dumps(value: object, indent: int | None = None) -> str:
+    """JSON for the values we create or re-emit (phantom tool, results, stream events):
+    compact, or ``indent``-ed; non-ASCII kept as is, the form the providers send.
+
+    A lone surrogate, which a client or upstream can only have sent escaped, goes out
+    escaped again: as a raw character it cannot be encoded to UTF-8."""
+    separators = (",", ":") if indent is None else None
+    text = json.dumps(value, ensure_ascii=False, indent=indent, separators=separators)
+    return text if text.isascii() else _SURROGATE.sub(_escape, text)

@@ -84,7 +84,7 @@ class Planner:
         started = time.perf_counter()
         record = Record(provider=adapter.api, strategy=td.strategy)
         try:
-            text = body.decode("utf-8")
+            text = _text(body)
             view = adapter.parse(text)
             record.stream = view.stream
             record.total_tools = len(view.tools)
@@ -279,6 +279,15 @@ class Planner:
             except Exception:
                 continue
         return out
+
+
+def _text(body: bytes) -> str:
+    """The body as the adapters read it: a JSON body is UTF-8 (RFC 8259 §8.1), any other we
+    cannot read, like a body no adapter parses."""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Unsupported(f"body is not UTF-8: {e.reason} at byte {e.start}") from None
 
 
 def _ranked_now(ranker: Ranker, view: RequestView) -> Ranker:

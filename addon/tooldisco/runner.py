@@ -116,11 +116,28 @@ class LoopRunner:
         return action
 
     async def _open(self, open_: Open, body: bytes) -> Answer:
+        return await self.timed(open_(body))
+
+    async def timed(self, pending: Awaitable[Answer]) -> Answer:
+        """Await an upstream answer's head, counted as upstream time (the relay's first round too)."""
         t0 = time.perf_counter()
         try:
-            return await open_(body)
+            return await pending
         finally:
             self._upstream_s += time.perf_counter() - t0
+
+    async def _chunks(self, answer: Answer) -> AsyncIterator[bytes]:
+        """The answer's body; the waits for it count as upstream time, the consumer's do not."""
+        it = answer.chunks.__aiter__()
+        while True:
+            t0 = time.perf_counter()
+            try:
+                chunk = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                self._upstream_s += time.perf_counter() - t0
+            yield chunk
 
     async def _fallback(self, first: Answer, open_: Open) -> Answer:
         """The first answer, or the client's own request's answer when the rewrite was refused."""
@@ -157,11 +174,13 @@ class LoopRunner:
 
         await asyncio.to_thread(write)
 
-    def _close_record(self) -> None:
+    def _close_record(self, own_s: float | None = None) -> None:
+        """``own_s``: the proxy's own time when it is not the rest of the total (a live flow's
+        total also holds the time the client took to read)."""
         record = self.ctx.record
         total = time.perf_counter() - self._began
         record.upstream_ms = round(self._upstream_s * 1000, 3)
-        record.loop_added_ms = round((total - self._upstream_s) * 1000, 3)
+        record.loop_added_ms = round((total - self._upstream_s if own_s is None else own_s) * 1000, 3)
         self.telemetry.submit(record)
 
     # --- buffered: one JSON answer -------------------------------------------------------
@@ -252,6 +271,7 @@ class LoopRunner:
         being read, which cancels that request."""
         ctx = self.ctx
         record = ctx.record
+        own_s = 0.0  # stitching, searching and deciding: what the proxy adds
         answer = await self._fallback(first, open_)
         try:
             if answer.status != 200 or answer is not first:
@@ -265,9 +285,13 @@ class LoopRunner:
             shown_id: str | None = None  # the id the client's stream carries (round one's)
             while True:
                 try:
-                    async for chunk in answer.chunks:
-                        if out := stitcher.feed(chunk):
+                    async for chunk in self._chunks(answer):
+                        t0 = time.perf_counter()
+                        out = stitcher.feed(chunk)
+                        own_s += time.perf_counter() - t0
+                        if out:
                             yield out
+                    t0 = time.perf_counter()
                     end = stitcher.end_round()
                     if end.error is not None:  # already passed on; only what is still owed follows
                         record.outcome = "upstream_stream_error"
@@ -281,6 +305,7 @@ class LoopRunner:
                     if shown_id is None:
                         shown_id = ctx.adapter.response_id(end.message)
                     action = await self.step(end.message)
+                    own_s += time.perf_counter() - t0
                     if isinstance(action, Finish):
                         # The session first: the client may send its next turn the moment it reads the end.
                         await self._settle(action, shown_id)
@@ -304,7 +329,7 @@ class LoopRunner:
                     return
         finally:
             await answer.close()
-            self._close_record()
+            self._close_record(own_s)
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ Each routed flow carries a one-time random token in ``x-tooldisco-relay``; anyth
 that reaches the port gets a 403, so no other local process can use the proxy's
 credentials or signing through it. When the client goes away mitmproxy closes its
 connection to us; the relay then cancels the serving task, which closes the upstream
-request. HTTP/1.1 framing is h11's.
+request. HTTP/1.1 framing is h11's; connections are kept alive between flows.
 """
 
 from __future__ import annotations
@@ -92,19 +92,23 @@ class Relay:
         self._tasks.add(task)
         conn = h11.Connection(h11.SERVER)
         try:
-            request, body = await self._read_request(conn, reader)
-            if request is None:
-                return
-            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers]
-            token = next((v for k, v in headers if k.lower() == HEADER), "")
-            job = self._jobs.pop(token, None)
-            if job is None:
-                await _send(writer, conn, h11.Response(status_code=403, headers=[("content-length", "0"),
-                                                                                 ("connection", "close")]))
-                await _send(writer, conn, h11.EndOfMessage())
-                return
-            headers = [(k, v) for k, v in headers if k.lower() != HEADER]
-            await self._serve(job.serve(headers, body), conn, reader, writer, task)
+            while True:  # kept alive: mitmproxy reuses its connection for the next live flow
+                request, body = await self._read_request(conn, reader)
+                if request is None:
+                    return
+                headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers]
+                token = next((v for k, v in headers if k.lower() == HEADER), "")
+                job = self._jobs.pop(token, None)
+                if job is None:
+                    await _send(writer, conn, h11.Response(status_code=403, headers=[("content-length", "0"),
+                                                                                     ("connection", "close")]))
+                    await _send(writer, conn, h11.EndOfMessage())
+                    return
+                headers = [(k, v) for k, v in headers if k.lower() != HEADER]
+                await self._serve(job.serve(headers, body), conn, reader, writer, task)
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
         except (ConnectionError, asyncio.IncompleteReadError, h11.ProtocolError) as e:
             logger.debug("relay connection ended: {}", type(e).__name__)
         except asyncio.CancelledError:
@@ -150,13 +154,16 @@ class Relay:
                     await _send(writer, conn, h11.Data(data=item))
             await _send(writer, conn, h11.EndOfMessage())
         finally:
-            watcher.cancel()
+            if watcher.done() and not watcher.cancelled():
+                conn.receive_data(watcher.result())  # the next request came early: h11 keeps it
+            else:
+                watcher.cancel()
             await items.aclose()  # type: ignore[attr-defined]
 
 
 def _out(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """The upstream's headers minus this hop's framing: h11 frames the body itself (chunked)."""
-    return [(k, v) for k, v in headers if k.lower() not in _SKIP_OUT] + [("connection", "close")]
+    return [(k, v) for k, v in headers if k.lower() not in _SKIP_OUT]
 
 
 async def _send(writer: asyncio.StreamWriter, conn: h11.Connection, event: h11.Event) -> None:
@@ -166,11 +173,14 @@ async def _send(writer: asyncio.StreamWriter, conn: h11.Connection, event: h11.E
         await writer.drain()
 
 
-async def _cancel_on_eof(reader: asyncio.StreamReader, task: asyncio.Task[None]) -> None:
-    """mitmproxy sends nothing after the request; EOF here means the client is gone."""
+async def _cancel_on_eof(reader: asyncio.StreamReader, task: asyncio.Task[None]) -> bytes:
+    """While a response is written mitmproxy sends nothing: EOF means the client is gone and
+    cancels ``task``. Bytes that do come are the next request on this kept-alive connection
+    (sent the moment our answer ended): they are returned, not lost."""
     try:
-        while await reader.read(65536):
-            pass
+        data = await reader.read(65536)
     except (ConnectionError, OSError):
-        pass
-    task.cancel()
+        data = b""
+    if not data:
+        task.cancel()
+    return data

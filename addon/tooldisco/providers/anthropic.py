@@ -8,6 +8,7 @@ from typing import Any, Iterable, Sequence
 from .. import jsonspan
 from ..bytecache import MiB, memoize
 from ..stitch.base import Stitcher
+from ..streams.common import as_list
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     History,
@@ -44,7 +45,7 @@ def _session_hint(data: dict[str, Any]) -> str | None:
         return None
     try:
         parsed = json.loads(user_id)
-    except ValueError:
+    except (ValueError, RecursionError):
         parsed = None
     if isinstance(parsed, dict) and isinstance(parsed.get("session_id"), str):
         return parsed["session_id"]
@@ -99,7 +100,7 @@ class AnthropicAdapter(AdapterDefaults):
         for m in messages:
             if not isinstance(m, dict):
                 continue
-            blocks = [b for b in m.get("content") or [] if isinstance(b, dict)] if isinstance(m.get("content"), list) else []
+            blocks = [b for b in as_list(m.get("content")) if isinstance(b, dict)]
             if m.get("role") == "user":
                 history.user(user_text(_texts(m.get("content"))))
                 history.answered |= {str(b.get("tool_use_id")) for b in blocks if b.get("type") == "tool_result"}
@@ -124,7 +125,7 @@ class AnthropicAdapter(AdapterDefaults):
     def calls(self, message: dict[str, Any]) -> list[ToolCall]:
         return [
             ToolCall(str(b.get("id")), str(b.get("name")), b.get("input"))
-            for b in message.get("content") or []
+            for b in as_list(message.get("content"))
             if isinstance(b, dict) and b.get("type") == "tool_use"
         ]
 
@@ -150,7 +151,7 @@ class AnthropicAdapter(AdapterDefaults):
         out = dict(message)
         out["content"] = [
             b
-            for b in message.get("content") or []
+            for b in as_list(message.get("content"))
             if not (isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in hidden)
         ]
         if out.get("stop_reason") == "tool_use" and not self.calls(out):
@@ -160,7 +161,7 @@ class AnthropicAdapter(AdapterDefaults):
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out = dict(rounds[-1])
         out["id"] = rounds[0].get("id", out.get("id"))
-        out["content"] = [b for r in rounds for b in r.get("content") or []]
+        out["content"] = [b for r in rounds for b in as_list(r.get("content"))]
         usage = sum_usage(r.get("usage") for r in rounds)
         if usage is not None:
             out["usage"] = usage

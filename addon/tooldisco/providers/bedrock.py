@@ -17,6 +17,7 @@ from .. import jsonspan
 from ..bytecache import MiB, memoize
 from ..stitch.base import Stitcher
 from ..streams.bedrock import METRICS
+from ..streams.common import as_dict, as_list
 from .anthropic import AnthropicAdapter
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
@@ -102,7 +103,7 @@ class ConverseAdapter(AdapterDefaults):
         for m in messages:
             if not isinstance(m, dict):
                 continue
-            blocks = [b for b in m.get("content") or [] if isinstance(b, dict)]
+            blocks = [b for b in as_list(m.get("content")) if isinstance(b, dict)]
             if m.get("role") == "user":
                 history.user(user_text(b.get("text") for b in blocks))
                 results = [b["toolResult"] for b in blocks if isinstance(b.get("toolResult"), dict)]
@@ -163,8 +164,8 @@ class ConverseAdapter(AdapterDefaults):
     def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
         hidden = set(names)
         out = dict(message)
-        output = dict(message.get("output") or {})
-        msg = dict(output.get("message") or {})
+        output = dict(as_dict(message.get("output")))
+        msg = dict(as_dict(output.get("message")))
         msg["content"] = [
             b
             for b in _content(message)
@@ -179,8 +180,8 @@ class ConverseAdapter(AdapterDefaults):
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Content in order; usage and metrics (latencyMs: the client waited for every round) summed."""
         out = dict(rounds[-1])
-        output = dict(out.get("output") or {})
-        output["message"] = {**(output.get("message") or {}), "content": [b for r in rounds for b in _content(r)]}
+        output = dict(as_dict(out.get("output")))
+        output["message"] = {**as_dict(output.get("message")), "content": [b for r in rounds for b in _content(r)]}
         out["output"] = output
         for key in ("usage", "metrics"):
             total = sum_usage(r.get(key) for r in rounds)
@@ -205,10 +206,7 @@ class ConverseAdapter(AdapterDefaults):
 
 
 def _content(message: dict[str, Any]) -> list[Any]:
-    output = message.get("output")
-    msg = output.get("message") if isinstance(output, dict) else None
-    content = msg.get("content") if isinstance(msg, dict) else None
-    return content if isinstance(content, list) else []
+    return as_list(as_dict(as_dict(message.get("output")).get("message")).get("content"))
 
 
 class InvokeAdapter(AnthropicAdapter):
@@ -226,7 +224,7 @@ class InvokeAdapter(AnthropicAdapter):
 
     def usage_headers(self, message: dict[str, Any]) -> dict[str, str]:
         # InvokeModel restates usage in headers; after a merge they must match the summed body.
-        usage = message.get("usage") or {}
+        usage = as_dict(message.get("usage"))
         names = {"input_tokens": "x-amzn-bedrock-input-token-count", "output_tokens": "x-amzn-bedrock-output-token-count"}
         return {h: str(usage[k]) for k, h in names.items() if isinstance(usage.get(k), int)}
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
+from ..streams import common as streams
 from .base import RequestView, Tool, Unsupported
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
@@ -140,6 +141,8 @@ def load_object(body: str) -> dict[str, Any]:
         data = json.loads(body)
     except ValueError as e:
         raise Unsupported(f"body is not JSON: {e}") from None
+    except RecursionError:
+        raise Unsupported("body is nested deeper than the JSON parser goes") from None
     if not isinstance(data, dict):
         raise Unsupported("body is not a JSON object")
     return data
@@ -224,9 +227,4 @@ def _add(a: Any, b: Any) -> Any:
 
 def parse_arguments(text: Any) -> Any:
     """Tool call arguments arrive as JSON text in some APIs; keep the text if it is not JSON."""
-    if not isinstance(text, str):
-        return text
-    try:
-        return json.loads(text) if text.strip() else {}
-    except ValueError:
-        return text
+    return streams.parse_arguments(text) if isinstance(text, str) else text

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Sequence
 from .. import jsonspan
 from ..bytecache import MiB, memoize
 from ..stitch.base import Stitcher
+from ..streams.common import as_dict, as_list
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     History,
@@ -60,10 +61,9 @@ def _without(entry: str, key: str) -> str:
 
 
 def _parts(message: dict[str, Any]) -> list[Any]:
-    candidates = message.get("candidates") or []
-    content = candidates[0].get("content") if candidates and isinstance(candidates[0], dict) else None
-    parts = content.get("parts") if isinstance(content, dict) else None
-    return parts if isinstance(parts, list) else []
+    candidates = as_list(message.get("candidates"))
+    content = as_dict(candidates[0]).get("content") if candidates else None
+    return as_list(as_dict(content).get("parts"))
 
 
 def _calls_in(parts: Iterable[Any]) -> list[tuple[ToolCall, dict[str, Any]]]:
@@ -134,7 +134,7 @@ class GeminiAdapter(AdapterDefaults):
         for content in contents:
             if not isinstance(content, dict):
                 continue
-            parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
+            parts = [p for p in as_list(content.get("parts")) if isinstance(p, dict)]
             if content.get("role", "user") == "user":  # a content without a role is the user's
                 # Thought parts and functionResponse parts are not the user's words.
                 history.user(user_text(p.get("text") for p in parts if not p.get("thought")))
@@ -147,7 +147,7 @@ class GeminiAdapter(AdapterDefaults):
         config = _field(_field(data, "toolConfig", "tool_config"), "functionCallingConfig", "function_calling_config")
         allowed = _field(config, "allowedFunctionNames", "allowed_function_names")
         # Mode ANY / VALIDATED: every allowed name must be declared, or the API answers 400.
-        return history.view(tools, [n for n in allowed or [] if isinstance(n, str)], self.stream)
+        return history.view(tools, [n for n in as_list(allowed) if isinstance(n, str)], self.stream)
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         """Declarations go, in the given order, into the first function entry (at its place);
@@ -224,7 +224,7 @@ class GeminiAdapter(AdapterDefaults):
         hidden = set(names)
         out = dict(message)
         candidates = []
-        for candidate in message.get("candidates") or []:
+        for candidate in as_list(message.get("candidates")):
             content = candidate.get("content") if isinstance(candidate, dict) else None
             if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
                 candidates.append(candidate)
@@ -251,10 +251,10 @@ class GeminiAdapter(AdapterDefaults):
         out = dict(rounds[-1])
         if "responseId" in rounds[0]:
             out["responseId"] = rounds[0]["responseId"]
-        candidates = out.get("candidates") or []
+        candidates = as_list(out.get("candidates"))
         if candidates and isinstance(candidates[0], dict):
             first = dict(candidates[0])
-            first["content"] = {**(first.get("content") or {}), "parts": [p for r in rounds for p in _parts(r)]}
+            first["content"] = {**as_dict(first.get("content")), "parts": [p for r in rounds for p in _parts(r)]}
             out["candidates"] = [first, *candidates[1:]]
         usages: list[dict[str, Any]] = [u for r in rounds if isinstance(u := r.get("usageMetadata"), dict)]
         usage = sum_usage(usages)

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Sequence
 from .. import jsonspan
 from ..bytecache import MiB, memoize
 from ..stitch.base import Stitcher
+from ..streams.common import as_dict, as_list
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     History,
@@ -63,13 +64,24 @@ def forced_names(choice: Any) -> set[str]:
         spec = choice.get("allowed_tools", choice)
         tools = spec.get("tools") if isinstance(spec, dict) else None
         out = set()
-        for t in tools or []:
+        for t in as_list(tools):
             fn = t.get("function") if isinstance(t, dict) else None
             name = fn.get("name") if isinstance(fn, dict) else (t.get("name") if isinstance(t, dict) else None)
             if isinstance(name, str):
                 out.add(name)
         return out
     return set()
+
+
+def _first_message(completion: dict[str, Any]) -> dict[str, Any]:
+    """The first choice's message (``{}`` when the completion has none)."""
+    choices = as_list(completion.get("choices"))
+    return as_dict(as_dict(choices[0]).get("message")) if choices else {}
+
+
+def _calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A message's tool calls that are objects."""
+    return [tc for tc in as_list(message.get("tool_calls")) if isinstance(tc, dict)]
 
 
 class OpenAIChatAdapter(AdapterDefaults):
@@ -93,7 +105,7 @@ class OpenAIChatAdapter(AdapterDefaults):
             if role == "user":
                 history.user(user_text(_texts(m.get("content"))))
             elif role == "assistant":
-                for tc in m.get("tool_calls") or []:
+                for tc in as_list(m.get("tool_calls")):
                     fn = tc.get("function") if isinstance(tc, dict) else None
                     if isinstance(fn, dict):
                         history.calls[str(tc.get("id"))] = str(fn.get("name"))
@@ -118,11 +130,9 @@ class OpenAIChatAdapter(AdapterDefaults):
         )
 
     def calls(self, message: dict[str, Any]) -> list[ToolCall]:
-        choices = message.get("choices") or []
-        msg = choices[0].get("message") or {} if choices and isinstance(choices[0], dict) else {}
         out = []
-        for tc in msg.get("tool_calls") or []:
-            fn = tc.get("function") or {}
+        for tc in _calls_of(_first_message(message)):
+            fn = as_dict(tc.get("function"))
             out.append(ToolCall(str(tc.get("id")), str(fn.get("name")), parse_arguments(fn.get("arguments"))))
         return out
 
@@ -150,10 +160,13 @@ class OpenAIChatAdapter(AdapterDefaults):
         hidden = set(names)
         out = dict(message)
         choices = []
-        for choice in message.get("choices") or []:
+        for choice in as_list(message.get("choices")):
+            if not isinstance(choice, dict):
+                choices.append(choice)
+                continue
             choice = dict(choice)
-            msg = dict(choice.get("message") or {})
-            kept = [tc for tc in msg.get("tool_calls") or [] if (tc.get("function") or {}).get("name") not in hidden]
+            msg = dict(as_dict(choice.get("message")))
+            kept = [tc for tc in _calls_of(msg) if as_dict(tc.get("function")).get("name") not in hidden]
             if msg.get("tool_calls") is not None:
                 if kept:
                     msg["tool_calls"] = kept
@@ -169,19 +182,17 @@ class OpenAIChatAdapter(AdapterDefaults):
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out = dict(rounds[-1])
         out["id"] = rounds[0].get("id", out.get("id"))
-        last = dict(out["choices"][0])
-        msg = dict(last.get("message") or {})
-        texts = [
-            r["choices"][0]["message"].get("content")
-            for r in rounds
-            if r.get("choices") and r["choices"][0].get("message", {}).get("content")
-        ]
-        msg["content"] = "\n\n".join(texts) if texts else msg.get("content")
-        calls = [tc for r in rounds if r.get("choices") for tc in r["choices"][0]["message"].get("tool_calls") or []]
-        if calls:
-            msg["tool_calls"] = calls
-        last["message"] = msg
-        out["choices"] = [last, *out["choices"][1:]]
+        choices = as_list(out.get("choices"))
+        if choices and isinstance(choices[0], dict):
+            last = dict(choices[0])
+            msg = dict(as_dict(last.get("message")))
+            texts = [text for r in rounds if isinstance(text := _first_message(r).get("content"), str) and text]
+            msg["content"] = "\n\n".join(texts) if texts else msg.get("content")
+            calls = [tc for r in rounds for tc in as_list(_first_message(r).get("tool_calls"))]
+            if calls:
+                msg["tool_calls"] = calls
+            last["message"] = msg
+            out["choices"] = [last, *choices[1:]]
         usage = sum_usage(r.get("usage") for r in rounds)
         if usage is not None:
             out["usage"] = usage

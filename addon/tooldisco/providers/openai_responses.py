@@ -14,6 +14,7 @@ from typing import Any, Collection, Iterable, Iterator, Sequence
 from .. import jsonspan
 from ..bytecache import MiB, memoize
 from ..stitch.base import Stitcher
+from ..streams.common import as_list
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     AdapterDefaults,
@@ -152,6 +153,8 @@ class OpenAIResponsesAdapter(AdapterDefaults):
             if not isinstance(item, dict):
                 continue
             kind = item.get("type", "message")  # easy input messages may leave the type out
+            if not isinstance(kind, str):
+                continue  # no item type we know
             if kind == "message" and item.get("role") == "user":
                 history.user(user_text(_message_texts(item.get("content"))))
             elif kind in _CALLS:
@@ -184,7 +187,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
     def calls(self, message: dict[str, Any]) -> list[ToolCall]:
         return [
             ToolCall(str(item.get("call_id")), _qualified(item), parse_arguments(item.get("arguments")))
-            for item in message.get("output") or []
+            for item in as_list(message.get("output"))
             if isinstance(item, dict) and item.get("type") == "function_call"
         ]
 
@@ -252,7 +255,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         touched here: what the client sees of them is its own request's (``restore_echo`` for a
         JSON answer, the stitcher for a stream), not a filtered forwarded list."""
         hidden = set(names)
-        output = list(message.get("output") or [])
+        output = list(as_list(message.get("output")))
         removed = {i for i, item in enumerate(output) if phantom_call(item, hidden)}
         removed |= _orphaned_reasoning(output, removed)
         out = dict(message)
@@ -269,7 +272,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         out = dict(rounds[-1])
         if "previous_response_id" in rounds[0] or "previous_response_id" in out:
             out["previous_response_id"] = rounds[0].get("previous_response_id")
-        out["output"] = [item for r in rounds for item in r.get("output") or []]
+        out["output"] = [item for r in rounds for item in as_list(r.get("output"))]
         usage = sum_usage(r.get("usage") for r in rounds)
         if usage is not None:
             out["usage"] = usage

@@ -57,12 +57,16 @@ class Failure:
     body: bytes = b""  # the upstream's error body, passed on when it is in the provider's format
     message: str = ""  # for the proxy's own failures
 
+    def _json(self) -> Any:
+        """The body's JSON value; None when it is not JSON (or nested past the parser's limit)."""
+        try:
+            return json.loads(self.body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
+
     def upstream_error(self) -> dict[str, Any] | None:
         """The upstream's error object (``{"error": {...}}`` bodies), if the body holds one."""
-        try:
-            data = json.loads(self.body)
-        except (ValueError, UnicodeDecodeError):
-            return None
+        data = self._json()
         if isinstance(data, list) and data and isinstance(data[0], dict):  # Gemini wraps errors in a list
             data = data[0]
         if isinstance(data, dict) and isinstance(data.get("error"), dict):
@@ -75,10 +79,7 @@ class Failure:
         error = self.upstream_error()
         if error and isinstance(error.get("message"), str):
             return error["message"]
-        try:
-            body = json.loads(self.body)
-        except (ValueError, UnicodeDecodeError):
-            body = None
+        body = self._json()
         if isinstance(body, dict) and isinstance(body.get("message"), str):
             return body["message"]
         return self.message or f"upstream answered HTTP {self.status}"

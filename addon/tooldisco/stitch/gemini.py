@@ -31,7 +31,7 @@ import re
 from typing import Any
 
 from ..providers.gemini import STAND_IN_SIGNATURE, GeminiAdapter
-from ..streams.common import Event, IncompleteStream, StreamError, dumps
+from ..streams.common import Event, IncompleteStream, StreamError, as_list, dumps
 from ..streams.gemini import SSE_NEWLINE, GeminiStreamDecoder
 from ..streams.sse import encode_event
 from .base import Failure, RoundEnd, Stitcher, error_kind
@@ -63,7 +63,7 @@ def _plus(earlier: dict[str, Any] | None, usage: Any) -> Any:
 
 
 def _finishes(chunk: dict[str, Any]) -> bool:
-    return any(isinstance(c, dict) and c.get("finishReason") for c in chunk.get("candidates") or [])
+    return any(isinstance(c, dict) and c.get("finishReason") for c in as_list(chunk.get("candidates")))
 
 
 def _shows_something(chunk: dict[str, Any]) -> bool:
@@ -71,7 +71,7 @@ def _shows_something(chunk: dict[str, Any]) -> bool:
     beyond those every chunk repeats (a running usage total, the model, the ids)."""
     if set(chunk) - _ROUTINE:
         return True
-    for candidate in chunk.get("candidates") or []:
+    for candidate in as_list(chunk.get("candidates")):
         if not isinstance(candidate, dict) or set(candidate) - _ROUTINE_CANDIDATE:
             return True
         content = candidate.get("content")

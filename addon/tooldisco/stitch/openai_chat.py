@@ -38,7 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..providers.common import sum_usage
-from ..streams.common import Event, IncompleteStream, StreamError, as_dict, dumps
+from ..streams.common import Event, IncompleteStream, StreamError, as_dict, as_list, dumps
 from ..streams.openai_chat import DONE, ChatCompletionStreamDecoder
 from ..streams.sse import encode_event
 from .base import Failure, OPENAI_ERROR_TYPES, RoundEnd, Stitcher, error_kind
@@ -146,6 +146,8 @@ class ChatStitcher(Stitcher):
         if not isinstance(choice, dict) or not isinstance(choice.get("delta"), dict):
             return choice
         index = choice.get("index", 0)
+        if not isinstance(index, int):
+            index = 0  # where the decoder puts a choice without a number for its index
         out = dict(choice)
         delta = out["delta"] = dict(choice["delta"])
         if self.rounds > 1:
@@ -193,7 +195,7 @@ class ChatStitcher(Stitcher):
             choices = chunk.get("choices") if isinstance(chunk, dict) else None
             kept = [
                 {**c, "delta": delta, "finish_reason": None}
-                for c in choices or []
+                for c in as_list(choices)
                 if isinstance(c, dict)
                 and (delta := {k: v for k, v in as_dict(c.get("delta")).items() if k != "role"})
             ]

@@ -153,7 +153,9 @@ class ResponsesStitcher(Stitcher):
 
     def _item_event(self, event: Event, data: dict[str, Any]) -> None:
         index = data.get("output_index")
-        if event.type == "response.output_item.added" and isinstance(index, int):
+        if not isinstance(index, int):
+            index = None  # names no item: the event passes as it came
+        if event.type == "response.output_item.added" and index is not None:
             self._added(index, data.get("item"))
         if index in self._hidden:
             return

@@ -71,9 +71,9 @@ class ConverseStreamAssembler(Assembler):
     def _delta(self, block: dict[str, Any], delta: dict[str, Any]) -> None:
         for key, value in delta.items():
             if key == "reasoningContent" and isinstance(value, dict):
-                reasoning = block.setdefault("reasoningContent", {})
+                reasoning = _member(block, "reasoningContent", dict)
                 if "text" in value or "signature" in value:
-                    text = reasoning.setdefault("reasoningText", {})
+                    text = _member(reasoning, "reasoningText", dict)
                     if "text" in value:
                         self.text.append(text, "text", str(value["text"]))
                     if "signature" in value:
@@ -83,10 +83,11 @@ class ConverseStreamAssembler(Assembler):
                     new = value["redactedContent"]
                     reasoning["redactedContent"] = _concat_base64(old, new) if old else new
             elif key == "toolResult" and isinstance(value, list):
-                block.setdefault("toolResult", {}).setdefault("content", []).extend(copy.deepcopy(value))
+                _member(_member(block, "toolResult", dict), "content", list).extend(copy.deepcopy(value))
             elif key == "citation":
-                cited = block.setdefault("citationsContent", {"content": [], "citations": []})
-                cited["citations"].append(copy.deepcopy(value))
+                cited = _member(block, "citationsContent", dict)
+                cited.setdefault("content", [])  # the cited text, filled in by _final_block
+                _member(cited, "citations", list).append(copy.deepcopy(value))
             else:  # text, toolUse.input (a JSON text in pieces), image.source
                 merge_delta(block, {key: value}, self.text)
 
@@ -101,6 +102,15 @@ class ConverseStreamAssembler(Assembler):
         return response
 
 
+def _member(parent: dict[str, Any], key: str, kind: type[dict[str, Any]] | type[list[Any]]) -> Any:
+    """``parent[key]``, made an empty ``kind`` when absent or, as a malformed stream may
+    have it, of another type: the deltas that follow must have somewhere to go."""
+    value = parent.get(key)
+    if not isinstance(value, kind):
+        value = parent[key] = kind()
+    return value
+
+
 def _final_block(block: dict[str, Any]) -> dict[str, Any]:
     """A streamed block in the Converse response shape: tool input parsed, cited text
     wrapped in ``citationsContent``."""
@@ -108,7 +118,7 @@ def _final_block(block: dict[str, Any]) -> dict[str, Any]:
     tool = block.get("toolUse")
     if isinstance(tool, dict):
         tool["input"] = parse_arguments(tool["input"]) if isinstance(tool.get("input"), str) else tool.get("input", {})
-    if "citationsContent" in block:
+    if isinstance(block.get("citationsContent"), dict):
         text = block.pop("text", "")
         block["citationsContent"]["content"] = [{"text": text}]
     return block

@@ -15,6 +15,7 @@ from collections.abc import Hashable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..jsonspan import dumps  # the one JSON writer; the stream encoders and stitchers take it from here
 from .sse import SSEDecoder
 
 
@@ -45,27 +46,18 @@ class IncompleteStream(Exception):
     """The stream has not carried enough to assemble a message (e.g. no start event yet)."""
 
 
-def dumps(value: Any) -> str:
-    """Compact JSON, non-ASCII kept as is: the form the providers themselves send."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
 def loads_or_text(text: str) -> Any:
-    """The parsed JSON value, or the text itself when it is not JSON (never raises)."""
+    """The parsed JSON value, or the text itself when it is not JSON (never raises); JSON
+    nested past the parser's limit (RecursionError) counts as not JSON."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 
 def parse_arguments(text: str) -> Any:
     """A streamed tool-argument text as an object: empty means ``{}``, unparsable stays text."""
-    if not text.strip():
-        return {}
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+    return loads_or_text(text) if text.strip() else {}
 
 
 class Fragments:
@@ -165,6 +157,12 @@ def _merge_indexed(current: list[Any], entries: list[Any], fragments: Fragments,
 def as_dict(value: Any) -> dict[str, Any]:
     """``value`` if it is an object, else an empty one: malformed events must not crash us."""
     return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """``value`` if it is an array, else an empty one: where a body or an upstream answer
+    has ``true``, a number or an object in place of a list, there is nothing to walk."""
+    return value if isinstance(value, list) else []
 
 
 class Assembler(ABC):

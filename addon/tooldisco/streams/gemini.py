@@ -16,11 +16,10 @@ are taken from the last chunk that has them. Mid-stream errors are
 from __future__ import annotations
 
 import copy
-import json
 import re
 from typing import Any
 
-from .common import Assembler, Event, Fragments, dumps, loads_or_text
+from .common import Assembler, Event, Fragments, as_list, dumps, loads_or_text
 from .sse import SSEDecoder, encode_event
 
 _TEXT_KEYS = frozenset({"text", "thought", "thoughtSignature"})
@@ -88,10 +87,12 @@ class GeminiAssembler(Assembler):
             if key != "content" or not isinstance(value, dict):
                 state[key] = copy.deepcopy(value)
                 continue
-            content = state.setdefault("content", {})
+            content = state.get("content")
+            if not isinstance(content, dict):  # absent, or an earlier chunk's was not an object
+                content = state["content"] = {}
             if not isinstance(content.get("parts"), list):
                 content["parts"] = []
-            for part in value.get("parts") or []:
+            for part in as_list(value.get("parts")):
                 _merge_part(content["parts"], part, self.text)
             content.update({k: copy.deepcopy(v) for k, v in value.items() if k != "parts"})
 
@@ -255,5 +256,5 @@ def encode(response: dict[str, Any], sse: bool = True) -> bytes:
     """The stream for ``response``: ``alt=sse`` events, or the JSON array form."""
     if sse:
         return b"".join(encode_event(dumps(chunk), newline=SSE_NEWLINE) for chunk in chunks(response))
-    elements = [json.dumps(chunk, ensure_ascii=False, indent=2) for chunk in chunks(response)]
+    elements = [dumps(chunk, indent=2) for chunk in chunks(response)]
     return ("[" + "\n,\r\n".join(elements) + "\n]").encode("utf-8")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .common import Assembler, SSEStreamDecoder, dumps, merge_delta
+from .common import Assembler, SSEStreamDecoder, as_list, dumps, merge_delta
 from .sse import encode_event
 
 DONE = "[DONE]"
@@ -57,7 +57,7 @@ class ChatCompletionAssembler(Assembler):
                     self._top[key] = copy.deepcopy(value)
         if chunk.get("usage") is not None:
             self._usage = copy.deepcopy(chunk["usage"])
-        for choice in chunk.get("choices") or []:
+        for choice in as_list(chunk.get("choices")):
             if isinstance(choice, dict):
                 self._choice(choice)
 
@@ -107,11 +107,17 @@ def _finish_choice(state: dict[str, Any]) -> dict[str, Any]:
         message.setdefault(key, "assistant" if key == "role" else None)
     calls = message.get("tool_calls")
     if isinstance(calls, list):
-        calls.sort(key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+        calls.sort(key=_call_index)
         for call in calls:
             if isinstance(call, dict):
                 call.pop("index", None)
     return choice
+
+
+def _call_index(call: Any) -> int | float:
+    """Where a streamed tool call sorts: its ``index``, 0 when it has no number there."""
+    index = call.get("index") if isinstance(call, dict) else None
+    return index if isinstance(index, (int, float)) else 0
 
 
 class ChatCompletionStreamDecoder(SSEStreamDecoder):
