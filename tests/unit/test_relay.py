@@ -77,3 +77,15 @@ async def test_a_client_that_goes_away_cancels_the_serving(relay):
     writer.close()
     await asyncio.wait_for(closed.wait(), 10)
     assert not release.is_set()
+
+
+async def test_a_fault_before_any_byte_is_a_502_the_client_can_retry(relay):
+    async def serve(headers, body):
+        raise RuntimeError("boom")
+        yield  # an async generator
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+    writer.write(request(relay.register(serve)))
+    head = await reader.readuntil(b"\r\n\r\n")
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 502")

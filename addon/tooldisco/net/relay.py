@@ -33,6 +33,7 @@ MAX_REQUEST_BYTES = 512 * 1024 * 1024  # mitmproxy already holds the body; this 
 _SKIP_OUT = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection",
                        "trailer", "upgrade"})
 
+_FAULT = b'{"error":{"type":"api_error","code":502,"message":"the tool discovery relay failed"}}'
 Serve = Callable[[list[tuple[str, str]], bytes], AsyncIterator[Head | bytes]]
 
 
@@ -113,6 +114,13 @@ class Relay:
             logger.debug("relay connection ended: {}", type(e).__name__)
         except asyncio.CancelledError:
             pass
+        except Exception as e:  # a fault of ours: said, with its traceback; the client's stream ends here
+            logger.opt(exception=e).warning("live relay failed while serving a flow")
+            if conn.our_state is h11.SEND_RESPONSE:  # nothing went out yet: an answer the client retries
+                await _send(writer, conn, h11.Response(status_code=502, headers=[
+                    ("content-type", "application/json"), ("content-length", str(len(_FAULT)))]))
+                await _send(writer, conn, h11.Data(data=_FAULT))
+                await _send(writer, conn, h11.EndOfMessage())
         finally:
             self._tasks.discard(task)
             writer.close()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from rapidfuzz import fuzz, process
 
@@ -102,6 +102,7 @@ class NameIndex:
     groups: dict[Words, tuple[int, ...]]  # server words -> its tools, catalog order
     group_names: dict[Words, str]  # server words -> the server as written
     bare: dict[str, tuple[int, ...]]  # bare name as written, lower-cased -> tools (select:)
+    exact: dict[str, tuple[int, ...]]  # name as written -> tools
     names: tuple[str, ...]
 
     @classmethod
@@ -134,26 +135,33 @@ class NameIndex:
             groups={k: tuple(v) for k, v in groups.items()},
             group_names={k: group_names[k] for k in groups},
             bare={k: tuple(dict.fromkeys(v)) for k, v in bare.items()},
+            exact=_positions(t.name for t in tools),
             names=tuple(t.name for t in tools),
         )
 
     def match(self, query: str) -> Named:
-        """The tools ``query`` names (full names in tier 0, bare names in tier 1), then
-        those of the server it names (tier 2)."""
+        """The tools ``query`` names: written exactly (tier 0), by a full-name form (1), by
+        a bare form (2), by either once words like "the" and "tool" are dropped (3), then
+        the tools of the server it names (4)."""
         tiers: dict[int, int] = {}
-        wanted = [tuple(words(token)) for token in _IDENTIFIER.findall(query) if _HUMP.search(token)]
+        tokens = [t for t in _IDENTIFIER.findall(query) if _HUMP.search(t)]
+        for token in [*tokens, query.strip()]:
+            for i in self.exact.get(token, ()):
+                tiers[i] = 0
         qwords = tuple(words(query))
         plain = tuple(w for w in qwords if w not in NAME_FILLER)
-        for form in dict.fromkeys([*wanted, qwords, plain]):
+        literal = [*(tuple(words(t)) for t in tokens), qwords]
+        for form, loose in [*((f, False) for f in literal), (plain, True)]:
             hits = self.forms.get(form, ())
             if len(hits) > MAX_NAMED:
                 continue  # a phrase many tools share, not a name
             for i in hits:
-                tiers[i] = min(tiers.get(i, 1), 0 if (form, i) in self.full else 1)
+                tier = 3 if loose else 1 if (form, i) in self.full else 2
+                tiers[i] = min(tiers.get(i, tier), tier)
         group = tuple(w for w in plain if w not in GROUP_FILLER)
         members = self.groups.get(group, ())
         for i in members[:MAX_GROUP]:
-            tiers.setdefault(i, 2)
+            tiers.setdefault(i, 4)
         return Named(tiers, self.group_names[group] if members else None)
 
     def resolve(self, name: str) -> tuple[int, ...]:
@@ -165,6 +173,13 @@ class NameIndex:
         """The ``n`` names nearest to ``query``, for a search that found nothing."""
         found = process.extract(query, self.names, scorer=fuzz.WRatio, limit=n)
         return [name for name, _score, _i in found]
+
+
+def _positions(names: Iterable[str]) -> dict[str, tuple[int, ...]]:
+    out: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        out.setdefault(name, []).append(i)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def _bare_as_written(name: str) -> str | None:
