@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -446,14 +446,17 @@ class Telemetry:
     search_ms: dict[str, list[float]]  # per API tag: searches[].latency_ms
     deferred: dict[str, int]  # per API tag: tools deferred (the shipped config did defer)
     planner_ms: dict[str, list[float]]  # per adapter (``provider``), turns without a search: processing_ms
+    unusual: Counter[tuple[str, str]]  # (provider, outcome) of records that did not end as planned
 
     @classmethod
     def read(cls, path: Path, since: float) -> Telemetry:
-        out = cls(defaultdict(list), defaultdict(int), defaultdict(list))
+        out = cls(defaultdict(list), defaultdict(int), defaultdict(list), Counter())
         for line in path.read_text().splitlines() if path.exists() else []:
             rec = json.loads(line)
             if rec["time"] < since:
                 continue
+            if rec["outcome"] not in ("no_phantom", "done"):
+                out.unusual[rec["provider"], str(rec["outcome"])] += 1
             if not rec["searches"]:
                 out.planner_ms[rec["provider"]].append(rec["processing_ms"])
             for s in rec["searches"]:
@@ -598,6 +601,9 @@ def main() -> None:
         print(f"\n{len(errors)} failed runs (left out of the tables):")
         for e in errors[:20]:
             print(f"- {e}")
+    if seen.unusual:
+        print("\nAddon telemetry outcomes other than `no_phantom` / `done`: "
+              + ", ".join(f"{provider} {outcome} ×{n}" for (provider, outcome), n in seen.unusual.items()))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,12 @@ recorded with ``api=None`` so they do not count as API requests (``nth``).
 
 Control endpoints (for out-of-process use; never recorded):
 ``GET /_requests[?since=N]``, ``POST /_reset``, ``GET|POST /_script``,
-``POST /_settings`` (``{"stream_delay": 0.05, "websocket_status": 405}``), ``GET /_health``.
+``POST /_settings`` (``{"stream_delay": 0.05, "websocket_status": 405, "prompt_cache": false}``),
+``GET /_health``.
+
+``prompt_cache`` turns on the prefix-cache model (``cache.py``): usage then reports the cached
+part of each prompt the way the API does, and each record's ``prompt`` says what was read.
+A reset turns it off and empties it, so no test inherits another's cache.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from .cache import Bill, PromptCache, cache_key, tenant
 from .model import ApiError, Conversation, JsonResponse, Response, StreamResponse, new_id
 from .providers import PROVIDERS, Incoming, Provider
 from .script import Rule, Script
@@ -59,6 +65,7 @@ class RecordedRequest:
     error: str | None = None  # validation/scripted error message, or a server-side problem
     reply: dict[str, Any] | None = None  # what the scripted model answered (text, calls, usage)
     rule: dict[str, Any] | None = None  # the rule that produced the answer
+    prompt: dict[str, Any] | None = None  # with the prompt cache on: the cache's Bill (tokens, cached, first_miss...)
     started_at: float = field(default_factory=time.monotonic)
     event_times: list[float] = field(default_factory=list)  # monotonic time each streamed event began to be written
     events_total: int | None = None  # how many events the stream had to write (None: not a stream)
@@ -96,6 +103,7 @@ class RecordedRequest:
             "error": self.error,
             "reply": self.reply,
             "rule": self.rule,
+            "prompt": self.prompt,
             "started_at": self.started_at,
             "event_times": self.event_times,
             "events_total": self.events_total,
@@ -144,6 +152,9 @@ class FakeProvider:
         self.stream_delay = stream_delay
         #: status for refused WebSocket upgrades (405: an HTTP-only server's "GET not allowed here")
         self.websocket_status = 405
+        #: the prefix-cache model: off, so usage numbers stay the plain estimate
+        self.prompt_cache = False
+        self.cache = PromptCache()
         self.providers = providers if providers is not None else PROVIDERS
         self.script = Script()
         self._requests: list[RecordedRequest] = []
@@ -202,11 +213,14 @@ class FakeProvider:
             self.script = script
 
     def reset(self) -> None:
-        """Forget recorded requests and restore the default script (keeps ``stream_delay``)."""
+        """Forget recorded requests, restore the default script, turn the prompt cache off and
+        empty it (keeps ``stream_delay``)."""
         with self._lock:
             self._requests.clear()
             self._api_count = 0
             self.script = Script()
+            self.prompt_cache = False
+        self.cache.clear()
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -258,6 +272,13 @@ class FakeProvider:
         with self._lock:
             script = self.script
         return script.choose(conv, nth)
+
+    def _bill(self, provider: Provider, req: Incoming, conv: Conversation) -> Bill | None:
+        """What the prompt cache read for this request (and now holds), when it is on."""
+        if not self.prompt_cache:
+            return None
+        key = cache_key(tenant(req.headers, req.query), conv.model, conv.body)
+        return self.cache.bill(key, provider.prompt_segments(conv))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -380,6 +401,10 @@ class _Handler(BaseHTTPRequestHandler):
             if rule.error is not None:
                 raise ApiError(rule.error.status, rule.error.message, rule.error.kind)
             reply = rule.build_reply(conv, provider.call_id_prefix, new_id)
+            bill = self.fake._bill(provider, incoming, conv) if rule.usage is None else None
+            if bill is not None:  # a rule's own usage wins
+                reply.usage = bill.usage(reply.usage.output_tokens, provider.input_includes_cache)
+                rec.prompt = bill.to_dict()
             rec.reply = reply.to_dict()
             response = provider.render(reply, conv)
             if isinstance(response, StreamResponse) and rule.delay is not None:
@@ -469,7 +494,16 @@ class _Handler(BaseHTTPRequestHandler):
                     fake.stream_delay = float(data["stream_delay"])
                 if "websocket_status" in data:
                     fake.websocket_status = int(data["websocket_status"])
-                out = {"ok": True, "stream_delay": fake.stream_delay, "websocket_status": fake.websocket_status}
+                if "prompt_cache" in data:
+                    if not isinstance(data["prompt_cache"], bool):
+                        raise ValueError("prompt_cache must be true or false")
+                    fake.prompt_cache = data["prompt_cache"]
+                out = {
+                    "ok": True,
+                    "stream_delay": fake.stream_delay,
+                    "websocket_status": fake.websocket_status,
+                    "prompt_cache": fake.prompt_cache,
+                }
             else:
                 status, out = 404, {"ok": False, "error": f"no control endpoint {self.command} {path}"}
         except (ValueError, TypeError, KeyError) as exc:

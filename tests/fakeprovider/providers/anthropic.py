@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
+from ..cache import Segment
 from ..model import (
     ApiError,
     Conversation,
@@ -81,6 +82,32 @@ def _flatten(content: Any) -> str:
     return "\n".join(parts)
 
 
+def prompt_segments(body: dict[str, Any]) -> list[Segment]:
+    """Tools, then system, then messages: Anthropic's cache prefix order. A ``defer_loading``
+    tool is not in the prompt until a ``tool_reference`` loads it, right where the reference stands."""
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+    deferred = {t.get("name"): t for t in tools if t.get("defer_loading")}
+    segments: list[Segment] = [(f"tool:{t.get('name')}", t) for t in tools if not t.get("defer_loading")]
+    if body.get("system") is not None:
+        segments.append(("system", body["system"]))
+    for i, message in enumerate(body["messages"]):
+        segments.append((f"message:{i}", message))
+        segments += [(f"tool_reference:{n}", deferred[n]) for n in _references(message) if n in deferred]
+    return segments
+
+
+def _references(message: dict[str, Any]) -> list[str]:
+    """Tool names a message's tool_result blocks reference (``tool_reference`` blocks), in order."""
+    blocks = message["content"] if isinstance(message["content"], list) else []
+    return [
+        ref.get("tool_name")
+        for b in blocks
+        if b.get("type") == "tool_result" and isinstance(b.get("content"), list)
+        for ref in b["content"]
+        if isinstance(ref, dict) and ref.get("type") == "tool_reference"
+    ]
+
+
 def _check_id(value: Any, where: str) -> str:
     if not isinstance(value, str) or not _ID_RE.match(value):
         raise bad(f"{where}: String should match pattern '^[a-zA-Z0-9_-]+$' (got {value!r})", where)
@@ -100,6 +127,7 @@ def _check_signature(block: dict[str, Any], where: str) -> None:
 class AnthropicMessages(Provider):
     name = "anthropic"
     call_id_prefix = "toolu_"
+    input_includes_cache = False  # input_tokens, cache_creation_input_tokens, cache_read_input_tokens add up
 
     def __init__(self) -> None:
         # ids of tool calls the model made after thinking: the API requires the final
@@ -263,6 +291,9 @@ class AnthropicMessages(Provider):
                 "recommend you include thinking blocks from previous turns. To avoid this requirement, disable "
                 "`thinking`."
             )
+
+    def prompt_segments(self, conv: Conversation) -> list[Segment]:
+        return prompt_segments(conv.body)
 
     # --- rendering --------------------------------------------------------------------
 

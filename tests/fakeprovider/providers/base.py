@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any, ClassVar
 
+from ..cache import Segment
 from ..model import TOOL_NAME_PATTERN, ApiError, Conversation, JsonResponse, Reply, Response
 
 _TOOL_NAME_RE = re.compile(TOOL_NAME_PATTERN)
@@ -41,6 +42,8 @@ class Provider(ABC):
     name: ClassVar[str]
     #: prefix for generated tool call ids
     call_id_prefix: ClassVar[str]
+    #: whether usage counts cached tokens inside the input tokens (OpenAI, Gemini) or apart (Anthropic, Bedrock)
+    input_includes_cache: ClassVar[bool] = True
 
     @abstractmethod
     def match(self, method: str, path: str) -> dict[str, str] | None:
@@ -62,6 +65,11 @@ class Provider(ABC):
     @abstractmethod
     def render(self, reply: Reply, conv: Conversation) -> Response:
         """The reply in this API's grammar, streamed if ``conv.stream``."""
+
+    @abstractmethod
+    def prompt_segments(self, conv: Conversation) -> list[Segment]:
+        """The prompt of a validated request as the API builds it: one segment per tool, system
+        prompt and message, in the API's order (what the prompt cache compares; see ``cache.py``)."""
 
     @abstractmethod
     def error_response(self, err: ApiError) -> JsonResponse:

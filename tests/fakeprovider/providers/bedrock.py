@@ -38,6 +38,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from ..cache import Segment
 from ..model import (
     ApiError,
     Conversation,
@@ -53,6 +54,7 @@ from ..model import (
     split_text,
 )
 from .anthropic import AnthropicMessages
+from .anthropic import prompt_segments as anthropic_prompt_segments
 from .base import Incoming, Provider, check_tool_name
 
 TEST_ACCESS_KEY_ID = "AKIDTESTFAKE"
@@ -125,6 +127,7 @@ class _Bedrock(Provider):
     """Routing, Bearer / SigV4 auth and the error shape shared by Converse and InvokeModel."""
 
     operations: tuple[str, str]  # (plain, streaming) path suffixes
+    input_includes_cache = False  # inputTokens leaves out cacheReadInputTokens / cacheWriteInputTokens
 
     def __init__(self, access_key: str | None = None, secret_key: str | None = None) -> None:
         self.access_key = access_key or os.environ.get("FAKE_AWS_ACCESS_KEY_ID", TEST_ACCESS_KEY_ID)
@@ -344,6 +347,16 @@ class BedrockConverse(_Bedrock):
             )
         return calls, results, last_user
 
+    def prompt_segments(self, conv: Conversation) -> list[Segment]:
+        """Tools, system, messages: Claude's order, which Converse keeps (a ``cachePoint`` in
+        ``toolConfig`` caches the tools alone, one in ``system`` the tools and the system)."""
+        body = conv.body
+        tools = [t for t in (body.get("toolConfig") or {}).get("tools") or [] if "cachePoint" not in t]
+        segments: list[Segment] = [(f"tool:{(t.get('toolSpec') or t).get('name', next(iter(t)))}", t) for t in tools]
+        if body.get("system"):
+            segments.append(("system", body["system"]))
+        return segments + [(f"message:{i}", m) for i, m in enumerate(body["messages"])]
+
     @staticmethod
     def _usage(reply: Reply) -> dict[str, int]:
         u = reply.usage
@@ -421,6 +434,9 @@ class BedrockInvoke(_Bedrock):
         except ApiError as err:  # Anthropic's own validation, relayed as Bedrock relays it
             raise validation(f"The model returned the following errors: {err.message}") from None
         return dataclasses.replace(conv, api=self.name, stream=bool(route["stream"]), body=body)
+
+    def prompt_segments(self, conv: Conversation) -> list[Segment]:
+        return anthropic_prompt_segments(conv.body)
 
     def render(self, reply: Reply, conv: Conversation) -> Response:
         metrics = {

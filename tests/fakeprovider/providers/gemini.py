@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
 
+from ..cache import Segment
 from ..model import (
     ApiError,
     Conversation,
@@ -279,6 +280,21 @@ class Gemini(Provider):
                 )
             if sig not in DUMMY_SIGNATURES and not signature_matches(sig, str(fc.get("name")), fc.get("args", {})):
                 raise invalid(f"Corrupted thought signature. (contents[{i}].parts[{j}])")
+
+    def prompt_segments(self, conv: Conversation) -> list[Segment]:
+        """System instruction, tools, then contents. Google does not publish the order of its
+        prompt; this one is an assumption (declarations beside the system turn, as in Gemma's
+        chat template), and moves nothing that matters: a changed tool still misses the cache
+        for the whole conversation behind it."""
+        body = conv.body
+        system = body.get("systemInstruction", body.get("system_instruction"))
+        segments: list[Segment] = [("system", system)] if system is not None else []
+        for entry in body.get("tools") or []:
+            decls = entry.get("functionDeclarations", entry.get("function_declarations")) or []
+            segments += [(f"tool:{d['name']}", d) for d in decls]
+            builtin = {k: v for k, v in entry.items() if k not in ("functionDeclarations", "function_declarations")}
+            segments += [(f"tool:{k}", {k: v}) for k, v in builtin.items()]
+        return segments + [(f"content:{i}", c) for i, c in enumerate(body["contents"])]
 
     # --- rendering --------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ..cache import Segment
 from ..model import (
     ApiError,
     Conversation,
@@ -24,6 +25,14 @@ from ..model import (
 from .base import Incoming, Provider, bad, check_tool_name, check_unique
 
 _ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+_INSTRUCTIONS = ("system", "developer")
+
+
+def leading_instructions(messages: list[dict[str, Any]]) -> int:
+    """How many messages at the start are system/developer instructions. OpenAI's prompt puts
+    them first, then the tools, then the conversation: its format renders the function
+    definitions in the developer message after the instructions (the published harmony format)."""
+    return next((i for i, m in enumerate(messages) if m.get("role") not in _INSTRUCTIONS), len(messages))
 
 
 def _text(content: Any) -> str:
@@ -185,6 +194,13 @@ class OpenAIChat(Provider):
                 "messages",
             )
         return calls, results, last_user
+
+    def prompt_segments(self, conv: Conversation) -> list[Segment]:
+        messages = conv.body["messages"]
+        lead = leading_instructions(messages)
+        segments = [(f"message:{i}", m) for i, m in enumerate(messages)]
+        tools: list[Segment] = [(f"tool:{name}", t) for name, t in zip(conv.tools, conv.body.get("tools") or [])]
+        return segments[:lead] + tools + segments[lead:]
 
     # --- rendering --------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..cache import Segment
 from ..model import (
     ApiError,
     Conversation,
@@ -42,7 +43,7 @@ from ..model import (
     sse,
 )
 from .base import Incoming, Provider, bad, check_tool_name, check_unique
-from .openai_chat import openai_error, openai_invalid_json
+from .openai_chat import leading_instructions, openai_error, openai_invalid_json
 
 #: Tool types that carry no function name of their own (built-in / hosted tools).
 HOSTED_TOOL_TYPES = frozenset(
@@ -162,6 +163,17 @@ def offered_names(tools: Any) -> list[str]:
             )
     check_unique(names)
     return names
+
+
+def _in_prompt(tool: dict[str, Any]) -> dict[str, Any] | None:
+    """A tool as the prompt holds it: ``defer_loading`` functions stay out until a tool search
+    loads them (a namespace keeps its other functions), or None when nothing of it is in."""
+    if tool.get("defer_loading"):
+        return None
+    if tool.get("type") != "namespace" or not isinstance(tool.get("tools"), list):
+        return tool
+    loaded = [t for t in tool["tools"] if not (isinstance(t, dict) and t.get("defer_loading"))]
+    return {**tool, "tools": loaded} if loaded else None
 
 
 def _qualified(item: dict[str, Any]) -> str:
@@ -354,6 +366,18 @@ class OpenAIResponses(Provider):
             cid, (kind, _) = next(iter(open_calls.items()))
             raise bad(f"No tool output found for {_PAIRS[kind][1]} {cid}.", "input")
         return calls, results, last_user
+
+    def prompt_segments(self, conv: Conversation) -> list[Segment]:
+        """``instructions`` and the leading system/developer items, the tools, then the rest of
+        the conversation (stored history included); a ``tool_search_output`` item carries the
+        tools it loads, so they count where it stands."""
+        body, items = conv.body, conv.meta["items"]
+        lead = leading_instructions(items)
+        segments = [(f"input:{i}", item) for i, item in enumerate(items)]
+        head: list[Segment] = [("instructions", body["instructions"])] if body.get("instructions") else []
+        tools = [(f"tool:{t.get('name') or t.get('type')}", shown) for t in body.get("tools") or []
+                 if (shown := _in_prompt(t)) is not None]
+        return head + segments[:lead] + tools + segments[lead:]
 
     # --- rendering --------------------------------------------------------------------
 

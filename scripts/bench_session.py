@@ -1,0 +1,644 @@
+#!/usr/bin/env python3
+"""What a whole agent session costs through the proxy, prompt cache included.
+
+    .venv/bin/python scripts/bench_session.py [--apis anthropic,chat,responses,gemini] [--servers 20]
+
+One scripted session — 22 user turns of an on-call day, 13 of them needing an MCP tool
+(11 different tools on seven servers, two of them used twice), plain answers between them and a
+topic change every few turns — over an MCP catalog of ``--servers`` × 25 tools
+(``tests/support/mcp_catalog.py``; 500 tools, ~67K tokens at the default), for every API
+and every path:
+
+- **direct**: the SDK talks to the fake provider, no proxy;
+- **mitmdump**: a plain mitmdump in between (HTTPS interception, map-remote to the fake);
+- **tool-search**: mitmdump + the addon on the shipped ``configs/tool_discovery.yaml``;
+- **relevance**: mitmdump + the addon on ``configs/relevance.yaml``
+  (both with only ``sessions.dir`` and ``telemetry.path`` moved into a temp dir).
+
+The client is the official SDK, streaming, and behaves like an agent: it keeps the history
+it was shown (the proxy hides its search rounds, so that history has no search exchange)
+and sends all of it back with every request, with the whole catalog in ``tools[]``. The
+fake's model (``SessionModel``) calls the turn's tool when it is offered, else calls
+``gateway_search_tools`` once when that is offered, else says it has no such tool (the
+turn then counts as missed); after the tool's result it answers.
+
+The fake provider runs in-process with its prefix-cache model on (``tests/fakeprovider/
+cache.py``: each request reads the longest run of leading segments — tools, system, each
+message, in the API's prompt order — that an earlier request of the same credential and
+model sent). Each run uses its own API key, so runs share neither the provider's cache
+nor the addon's sessions. Everything is measured at the fake, i.e. what the provider bills:
+every upstream request, hidden search rounds included.
+
+Billed input, in input-token equivalents, with each provider's price ratios:
+Anthropic uncached input × 1.0, cache write × 1.25, cache read × 0.1 (the fake caches
+automatically, so every uncached token is a write); OpenAI cached × 0.1 (assumed: the
+GPT-5 family's published discount; writes cost nothing extra); Gemini cached × 0.25
+(assumed: the 2.5 models' implicit-cache discount). Prints markdown tables; exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import yaml
+from google import genai
+from google.genai import types as gt
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from tests.e2e.harness import ADDON_PATH, MitmDump  # noqa: E402
+from tests.fakeprovider import (  # noqa: E402
+    SEARCH_TOOL,
+    Call,
+    Conversation,
+    FakeProvider,
+    RecordedRequest,
+    Rule,
+    Script,
+)
+from tests.support.mcp_catalog import (  # noqa: E402
+    Tool,
+    anthropic_tools,
+    chat_tools,
+    gemini_tools,
+    mcp_catalog,
+    responses_tools,
+)
+
+CONFIGS = {"tool-search": ROOT / "configs" / "tool_discovery.yaml", "relevance": ROOT / "configs" / "relevance.yaml"}
+PATHS = ("direct", "mitmdump", "tool-search", "relevance")
+APIS = ("anthropic", "chat", "responses", "gemini")
+MODELS = {"anthropic": "claude-sonnet-4-6", "chat": "gpt-5", "responses": "gpt-5", "gemini": "gemini-2.5-pro"}
+MAX_STEPS = 6  # requests per user turn before the client gives up (the script needs at most 2)
+PROXY_COMPLAINT = re.compile(r"error|warn|traceback|exception", re.IGNORECASE)
+ROW_BYTES = 180  # about one result row of tool_output
+MISSED = "I don't have a tool that can do that here, so I can't complete this step."
+SYSTEM = (
+    "You are Relay, an on-call engineering assistant for the checkout team at Acme. You can use the "
+    "connected MCP servers (GitHub, GitLab, Jira, Linear, Confluence, Notion, Slack, Gmail, Google "
+    "Calendar, Google Drive, PostgreSQL, Snowflake, Sentry, Datadog, PagerDuty, Kubernetes, AWS, Stripe, "
+    "HubSpot, Zendesk). Prefer reading before writing; never run destructive operations without an explicit "
+    "request; quote identifiers exactly; keep answers short and concrete, with the numbers that matter. "
+    "When a tool fails, say what failed and what you would try next. The repository is acme/checkout-service, "
+    "the production database orders_prod, the team channel #checkout-team, the Jira project CHK."
+)
+
+
+# --- the session ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One user turn: what the user says, the tool it needs (if any) and how the model answers."""
+
+    text: str
+    answer: str
+    tool: str = ""  # full tool name; "" for a plain turn
+    args: dict[str, Any] = field(default_factory=dict)
+    query: str = ""  # what the model searches for when the tool is not loaded
+
+
+REPO = {"owner": "acme", "repo": "checkout-service"}
+PLAN: tuple[Turn, ...] = (
+    Turn("Morning! I'm on call for checkout-service this week and failed payments spiked overnight. "
+         "Give me a quick plan for triaging it.",
+         "Plan: 1) check what shipped recently (open and merged pull requests), 2) look at Sentry for new "
+         "errors in production, 3) quantify the failures in orders_prod, 4) tell the team and book a review. "
+         "I'll start with the code changes."),
+    Turn("List the open pull requests in acme/checkout-service on GitHub.",
+         "There are 4 open pull requests; #482 'Retry card authorisation on 502' was deployed to canary "
+         "yesterday at 18:40 and is the only one touching the payment path.",
+         "mcp__github__list_pull_requests", {**REPO, "state": "open", "limit": 20}, "github list open pull requests"),
+    Turn("Open pull request 482 and tell me what it changes.",
+         "#482 wraps authorise() in a retry loop (3 attempts, 200 ms backoff) but reuses the same idempotency "
+         "key only on the first attempt, so a retry after a timeout can authorise the card twice.",
+         "mcp__github__get_pull_request", {**REPO, "pull_request_id": "482"}, "get github pull request details"),
+    Turn("Could that retry change explain duplicate charges? Think it through briefly.",
+         "Yes: a gateway 502 after the acquirer accepted the first attempt makes the retry a second, distinct "
+         "authorisation. The timing matches the spike, which started 20 minutes after the canary rollout."),
+    Turn("Are there unresolved Sentry errors for checkout-service in production?",
+         "Two new unresolved issues since 18:45: CHECKOUT-9F1 'DuplicateAuthorizationError' (1,240 events, "
+         "312 users) and CHECKOUT-9F3 'GatewayTimeout in authorise' (410 events).",
+         "mcp__sentry__list_error_issues",
+         {"organization": "acme", "project": "checkout-service", "query": "is:unresolved environment:production"},
+         "sentry unresolved error issues production"),
+    Turn("Show me the latest Sentry event for the top issue.",
+         "Latest CHECKOUT-9F1 event: POST /checkout, customer c_88213, two authorisations 180 ms apart with "
+         "keys 'ik_5521' and 'ik_5521-r1', both approved by the acquirer.",
+         "mcp__sentry__get_latest_event",
+         {"organization": "acme", "project": "checkout-service", "event_id": "CHECKOUT-9F1"},
+         "latest sentry event for an issue"),
+    Turn("Summarise the stack trace in plain words.",
+         "The retry wrapper catches the gateway timeout, builds a fresh request with a suffixed idempotency "
+         "key and sends it again; the acquirer treats it as a new payment, so the customer is charged twice."),
+    Turn("File a GitHub issue in acme/checkout-service for the double-charge bug, labelled bug and p1.",
+         "Created issue #497 'Retries in #482 double-charge cards on gateway timeouts' with labels bug and p1, "
+         "linking the Sentry issue and the pull request.",
+         "mcp__github__create_issue",
+         {**REPO, "title": "Retries in #482 double-charge cards on gateway timeouts", "labels": ["bug", "p1"]},
+         "create github issue"),
+    Turn("Thanks. What should the fix look like?",
+         "Keep one idempotency key per checkout for every attempt, retry only on errors that guarantee no "
+         "authorisation happened, and add a test that replays a timeout after acceptance."),
+    Turn("How many payments failed per hour yesterday? Query the payments table in the orders_prod Postgres "
+         "database.",
+         "Failures per hour rose from about 40 to 610 at 19:00 and stayed above 500 until 23:00; 7,912 failed "
+         "payments in total, 2,318 of them marked duplicate.",
+         "mcp__postgres__run_query",
+         {"database": "orders_prod", "sql": "SELECT date_trunc('hour', created_at) h, count(*) FROM payments "
+          "WHERE status = 'failed' AND created_at >= now() - interval '1 day' GROUP BY 1 ORDER BY 1"},
+         "run sql query on postgres database"),
+    Turn("Describe the payments table in Postgres so I can see the columns.",
+         "payments has 14 columns: id, order_id, customer_id, amount_cents, currency, status, idempotency_key, "
+         "gateway_ref, attempt, created_at, updated_at and three JSON metadata columns; indexes on id and "
+         "order_id only.",
+         "mcp__postgres__describe_table", {"database": "orders_prod", "table_id": "payments"},
+         "describe postgres table columns"),
+    Turn("Interesting, which column would you index to speed that query up?",
+         "An index on (status, created_at) serves the hourly failure query; a unique index on idempotency_key "
+         "would also have rejected the duplicate rows at write time."),
+    Turn("Post a short incident update to #checkout-team on Slack.",
+         "Posted to #checkout-team: cause identified (retry in #482), canary rolled back, 2,318 duplicate "
+         "charges to refund, review tomorrow.",
+         "mcp__slack__post_message",
+         {"workspace": "acme", "channel": "#checkout-team",
+          "text": "Incident update: double charges caused by retries in #482; canary rolled back."},
+         "post slack message to channel"),
+    Turn("Draft what we should say to customers, two sentences.",
+         "'Some of you were charged twice for an order placed yesterday evening because of an error on our "
+         "side. The duplicate charge is being refunded automatically and will show within 5 business days.'"),
+    Turn("Schedule a 30-minute incident review tomorrow at 10:00 in Google Calendar with alice@acme.io and "
+         "bob@acme.io.",
+         "Booked 'Incident review: duplicate charges' tomorrow 10:00-10:30 with Alice and Bob, video link "
+         "attached.",
+         "mcp__google_calendar__create_event",
+         {"calendar_id": "primary", "summary": "Incident review: duplicate charges",
+          "start": "2026-11-25T10:00:00+01:00", "end": "2026-11-25T10:30:00+01:00",
+          "attendees": ["alice@acme.io", "bob@acme.io"]},
+         "create google calendar event"),
+    Turn("What should be on the review agenda?",
+         "Timeline, detection gap (Sentry alerted after 35 minutes), the idempotency design, why the canary "
+         "did not catch it, refunds status, and the follow-up owners."),
+    Turn("Check the open pull requests in acme/checkout-service again: did the fix land?",
+         "Yes: #499 'Stable idempotency key across retries' is open with two approvals and green CI; #482 was "
+         "reverted in #498.",
+         "mcp__github__list_pull_requests", {**REPO, "state": "open", "limit": 20}, "github list open pull requests"),
+    Turn("Create a Jira bug in project CHK to track the customer refunds.",
+         "Created CHK-1184 'Refund 2,318 duplicate charges from the 24 Nov incident', priority High, assigned "
+         "to the payments on-call.",
+         "mcp__jira__create_issue",
+         {"project_key": "CHK", "summary": "Refund 2,318 duplicate charges from the 24 Nov incident",
+          "issue_type": "Bug", "priority": "High"},
+         "create jira issue bug"),
+    Turn("How do we prevent this class of bug in the future?",
+         "Make idempotency keys a property of the checkout, not of the attempt; add a contract test against "
+         "the gateway sandbox for timeout-after-accept; and alert on the duplicate rate, not just errors."),
+    Turn("Query Datadog for the checkout latency p95 over the last 24 hours.",
+         "checkout.latency p95 was 420 ms before 18:40, peaked at 2.9 s at 19:10 during the retries and is "
+         "back to 450 ms since the rollback.",
+         "mcp__datadog__query_metrics",
+         {"site": "datadoghq.eu", "query": "p95:checkout.latency{env:prod}", "from_ts": 1763924400,
+          "to_ts": 1764010800},
+         "datadog query metrics timeseries"),
+    Turn("Post the latency numbers to #checkout-team on Slack as well.",
+         "Posted the p95 numbers (420 ms, peak 2.9 s, now 450 ms) to #checkout-team under the incident update.",
+         "mcp__slack__post_message",
+         {"workspace": "acme", "channel": "#checkout-team",
+          "text": "Latency p95: 420 ms baseline, 2.9 s peak at 19:10, 450 ms since rollback."},
+         "post slack message to channel"),
+    Turn("Great, wrap up the day for me in five bullet points.",
+         "- Root cause: retries in #482 reused a suffixed idempotency key\n- Canary rolled back, fix #499 "
+         "approved\n- 2,318 duplicate charges, refunds tracked in CHK-1184\n- Team and customers informed\n"
+         "- Review tomorrow 10:00"),
+)
+
+
+def trace(index: int) -> str:
+    """The marker a tool result of turn ``index`` carries: the model sees which turn a result answers."""
+    return f"req-{index:02d}-ok"
+
+
+def tool_output(index: int, turn: Turn, size: int) -> str:
+    """What the MCP server answers: a JSON record of about ``size`` bytes, like a page of results."""
+    rows = [{"id": f"{turn.tool.rsplit('__', 1)[-1]}-{index}-{n}", "status": ["open", "ok", "failed"][n % 3],
+             "updated_at": f"2026-11-24T{18 + n % 6:02d}:{(7 * n) % 60:02d}:00Z",
+             "summary": f"{turn.answer.split('.')[0][:90]} (item {n})"} for n in range(max(1, size // ROW_BYTES))]
+    return json.dumps({"request_id": trace(index), "tool": turn.tool, "arguments": turn.args, "items": rows,
+                       "next_cursor": None})
+
+
+class SessionModel(Script):
+    """The fake's model for the session: the turn's tool when it is offered, else one search,
+    else an apology; once the turn's result is in, the turn's answer."""
+
+    def __init__(self, plan: tuple[Turn, ...]) -> None:
+        super().__init__()
+        self.turns = {t.text: (i, t) for i, t in enumerate(plan)}
+
+    def choose(self, conv: Conversation, nth: int) -> Rule:
+        index, turn = self.turns.get(conv.last_user_text, (-1, None))
+        if turn is None:
+            return Rule(text="Could you say that again?")
+        if not turn.tool or any(r.name == turn.tool and trace(index) in r.content for r in conv.results):
+            return Rule(text=turn.answer)
+        if conv.offered(turn.tool):
+            return Rule(calls=[Call(turn.tool, turn.args)])
+        searched = any(c.name == SEARCH_TOOL and c.arguments == {"query": turn.query} for c in conv.calls)
+        if conv.offered(SEARCH_TOOL) and not searched:
+            return Rule(calls=[Call(SEARCH_TOOL, {"query": turn.query})])
+        return Rule(text=MISSED)
+
+
+# --- the clients: official SDKs, streaming, keeping the history they were shown -------------------------
+
+
+@dataclass(frozen=True)
+class Route:
+    """How a client reaches the fake: directly, or through one mitmdump with its CA."""
+
+    fake_url: str
+    proxy: MitmDump | None
+
+    def base(self, real: str, direct_suffix: str = "") -> str:
+        return real if self.proxy else self.fake_url + direct_suffix
+
+    def client_args(self) -> dict[str, Any]:
+        """httpx arguments: no environment, and the proxy and its CA when there is one."""
+        args: dict[str, Any] = {"trust_env": False, "timeout": 120.0}
+        if self.proxy:
+            args.update(proxy=self.proxy.url, verify=self.proxy.ssl_context())
+        return args
+
+
+Calls = list[tuple[str, str, Any]]  # (call id, tool name, arguments)
+
+
+class Agent(ABC):
+    """An agent loop's client side for one API: the history lives here, in the API's shape."""
+
+    @abstractmethod
+    def say(self, text: str) -> None:
+        """Append a user message."""
+
+    @abstractmethod
+    def step(self) -> Calls:
+        """Send the whole history with every tool, keep the streamed answer, return its tool calls."""
+
+    @abstractmethod
+    def answer(self, results: list[tuple[str, str, str]]) -> None:
+        """Append the results (call id, tool name, output) of the last step's calls."""
+
+
+class ClaudeAgent(Agent):
+    def __init__(self, route: Route, key: str, tools: list[Tool]) -> None:
+        http = anthropic.DefaultHttpxClient(**route.client_args())
+        self.client = anthropic.Anthropic(api_key=key, base_url=route.base("https://api.anthropic.com"),
+                                          http_client=http, max_retries=0)
+        self.tools = anthropic_tools(tools)
+        self.messages: list[dict[str, Any]] = []
+
+    def say(self, text: str) -> None:
+        self.messages.append({"role": "user", "content": text})
+
+    def step(self) -> Calls:
+        request: dict[str, Any] = {"model": MODELS["anthropic"], "max_tokens": 4096, "system": SYSTEM,
+                                   "tools": self.tools, "messages": self.messages}
+        with self.client.messages.stream(**request) as stream:
+            message = stream.get_final_message()
+        self.messages.append({"role": "assistant", "content": [b.to_dict() for b in message.content]})
+        return [(b.id, b.name, b.input) for b in message.content if b.type == "tool_use"]
+
+    def answer(self, results: list[tuple[str, str, str]]) -> None:
+        blocks = [{"type": "tool_result", "tool_use_id": cid, "content": out} for cid, _, out in results]
+        self.messages.append({"role": "user", "content": blocks})
+
+
+class ChatAgent(Agent):
+    def __init__(self, route: Route, key: str, tools: list[Tool]) -> None:
+        http = openai.DefaultHttpxClient(**route.client_args())
+        self.client = openai.OpenAI(api_key=key, base_url=route.base("https://api.openai.com/v1", "/v1"),
+                                    http_client=http, max_retries=0)
+        self.tools = chat_tools(tools)
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+
+    def say(self, text: str) -> None:
+        self.messages.append({"role": "user", "content": text})
+
+    def step(self) -> Calls:
+        text: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        request: dict[str, Any] = {"model": MODELS["chat"], "messages": self.messages, "tools": self.tools,
+                                   "stream": True, "stream_options": {"include_usage": True}}
+        stream = self.client.chat.completions.create(**request)
+        for chunk in stream:
+            for choice in chunk.choices:
+                text.append(choice.delta.content or "")
+                for tc in choice.delta.tool_calls or []:
+                    call = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                    call["id"] += tc.id or ""
+                    if tc.function:
+                        call["name"] += tc.function.name or ""
+                        call["arguments"] += tc.function.arguments or ""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+        if calls:
+            message["tool_calls"] = [{"id": c["id"], "type": "function",
+                                      "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                     for _, c in sorted(calls.items())]
+        self.messages.append(message)
+        return [(c["id"], c["name"], json.loads(c["arguments"] or "{}")) for _, c in sorted(calls.items())]
+
+    def answer(self, results: list[tuple[str, str, str]]) -> None:
+        self.messages += [{"role": "tool", "tool_call_id": cid, "content": out} for cid, _, out in results]
+
+
+class ResponsesAgent(Agent):
+    """Stateless like Codex: ``store: false``, the whole input every turn, a ``prompt_cache_key``."""
+
+    def __init__(self, route: Route, key: str, tools: list[Tool]) -> None:
+        http = openai.DefaultHttpxClient(**route.client_args())
+        self.client = openai.OpenAI(api_key=key, base_url=route.base("https://api.openai.com/v1", "/v1"),
+                                    http_client=http, max_retries=0)
+        self.tools = responses_tools(tools)
+        self.items: list[dict[str, Any]] = []
+        self.session = str(uuid.uuid4())
+
+    def say(self, text: str) -> None:
+        self.items.append({"role": "user", "content": text})
+
+    def step(self) -> Calls:
+        request: dict[str, Any] = {"model": MODELS["responses"], "instructions": SYSTEM, "input": self.items,
+                                   "tools": self.tools, "store": False, "prompt_cache_key": self.session}
+        with self.client.responses.stream(**request) as stream:
+            response = stream.get_final_response()
+        self.items += [item.to_dict() for item in response.output]
+        return [(o.call_id, o.name, json.loads(o.arguments)) for o in response.output if o.type == "function_call"]
+
+    def answer(self, results: list[tuple[str, str, str]]) -> None:
+        self.items += [{"type": "function_call_output", "call_id": cid, "output": out} for cid, _, out in results]
+
+
+class GeminiAgent(Agent):
+    def __init__(self, route: Route, key: str, tools: list[Tool]) -> None:
+        options = gt.HttpOptions(base_url=route.base("https://generativelanguage.googleapis.com"),
+                                 client_args=route.client_args(), retry_options=gt.HttpRetryOptions(attempts=1))
+        self.client = genai.Client(api_key=key, http_options=options)
+        declared: Any = gemini_tools(tools)  # dicts in the wire's camelCase, which the SDK's models accept
+        self.config = gt.GenerateContentConfig(system_instruction=SYSTEM, tools=declared)
+        self.contents: list[gt.Content] = []
+
+    def say(self, text: str) -> None:
+        self.contents.append(gt.Content(role="user", parts=[gt.Part(text=text)]))
+
+    def step(self) -> Calls:
+        parts: list[gt.Part] = []
+        history: Any = self.contents
+        chunks = self.client.models.generate_content_stream(model=MODELS["gemini"], contents=history,
+                                                            config=self.config)
+        for chunk in chunks:
+            content = chunk.candidates[0].content if chunk.candidates else None
+            parts += (content.parts or []) if content else []
+        parts = merged_text(parts)
+        self.contents.append(gt.Content(role="model", parts=parts))
+        return [(p.function_call.id or "", p.function_call.name or "", p.function_call.args)
+                for p in parts if p.function_call]
+
+    def answer(self, results: list[tuple[str, str, str]]) -> None:
+        parts = [gt.Part(function_response=gt.FunctionResponse(name=name, response={"output": out}))
+                 for _, name, out in results]
+        self.contents.append(gt.Content(role="user", parts=parts))
+
+
+def merged_text(parts: list[gt.Part]) -> list[gt.Part]:
+    """Streamed text fragments joined into one part, as a chat history keeps a model turn."""
+    out: list[gt.Part] = []
+    for part in parts:
+        plain = part.text is not None and not part.thought and not part.function_call
+        if plain and out and out[-1].text is not None and not out[-1].thought and not out[-1].function_call:
+            out[-1] = gt.Part(text=(out[-1].text or "") + (part.text or ""))
+        else:
+            out.append(part)
+    return out
+
+
+AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
+    "anthropic": ClaudeAgent, "chat": ChatAgent, "responses": ResponsesAgent, "gemini": GeminiAgent,
+}
+
+
+def play(agent: Agent, result_bytes: int) -> int:
+    """Run the whole plan as an agent does; returns how many tool turns got their tool called."""
+    done = 0
+    for index, turn in enumerate(PLAN):
+        agent.say(turn.text)
+        called = False
+        for _ in range(MAX_STEPS):
+            calls = agent.step()
+            if not calls:
+                break
+            called = called or any(name == turn.tool for _, name, _ in calls)
+            agent.answer([(cid, name, tool_output(index, turn, result_bytes)) for cid, name, _ in calls])
+        done += bool(turn.tool) and called
+    return done
+
+
+# --- measuring ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Price:
+    """An API's input price ratios, relative to one uncached input token."""
+
+    cached: float  # per cached token
+    uncached: float  # per uncached token (Anthropic: every one is a cache write here)
+
+
+PRICES = {"anthropic": Price(0.1, 1.25), "chat": Price(0.1, 1.0), "responses": Price(0.1, 1.0),
+          "gemini": Price(0.25, 1.0)}
+
+
+def tool_count(api: str, tools: Any) -> int:
+    """Tools in a forwarded ``tools[]`` (Gemini nests its functions in one entry)."""
+    if api == "gemini":
+        return sum(len(e.get("functionDeclarations") or []) for e in tools or [])
+    return len(tools or [])
+
+
+@dataclass
+class Run:
+    """One session on one path: what the fake billed for every request it answered."""
+
+    api: str
+    path: str
+    requests: int = 0
+    tokens: int = 0
+    cached: int = 0
+    searches: int = 0
+    changes: int = 0
+    tool_breaks: int = 0  # requests after the first whose first uncached segment is a tool
+    behind_tool_breaks: int = 0  # uncached tokens of those requests
+    forwarded: int = 0  # tools forwarded, summed over requests
+    tool_bytes: int = 0
+    done: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def billed(self) -> float:
+        price = PRICES[self.api]
+        return self.cached * price.cached + (self.tokens - self.cached) * price.uncached
+
+    def add(self, recs: list[RecordedRequest]) -> None:
+        previous = None
+        for rec in recs:
+            if rec.status != 200 or rec.prompt is None:
+                self.errors.append(f"request {rec.nth}: HTTP {rec.status} {(rec.error or '')[:200]}")
+                continue
+            tools = rec.json.get("tools")
+            shown = json.dumps(tools)
+            self.requests += 1
+            self.tokens += rec.prompt["tokens"]
+            self.cached += rec.prompt["cached"]
+            self.searches += any(c["name"] == SEARCH_TOOL for c in (rec.reply or {}).get("calls", []))
+            if previous is not None:  # the first request finds the cache cold: no break to blame
+                self.changes += shown != previous
+                if (rec.prompt["first_miss"] or "").startswith("tool"):
+                    self.tool_breaks += 1
+                    self.behind_tool_breaks += rec.prompt["tokens"] - rec.prompt["cached"]
+            self.forwarded += tool_count(self.api, tools)
+            self.tool_bytes += len(shown)
+            previous = shown
+
+
+def session(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], result_bytes: int) -> Run:
+    """One session on a fresh key (no cache, no addon session shared with another run)."""
+    fake.reset()
+    fake.prompt_cache = True
+    fake.set_script(SessionModel(PLAN))
+    run = Run(api, path)
+    try:
+        agent = AGENTS[api](route, f"bench-{api}-{path}-{uuid.uuid4().hex[:8]}", tools)
+        run.done = play(agent, result_bytes)
+    except Exception as exc:  # a broken run is reported, and the others still run
+        run.errors.append(f"client: {exc!r}"[:300])
+    run.add(fake.api_requests())
+    return run
+
+
+def measure(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], result_bytes: int,
+            failures: list[str]) -> Run:
+    """A session; one that fails is played once more, its failure (and the proxy's complaints) kept for the report."""
+    for attempt in (1, 2):
+        since = route.proxy.log_offset() if route.proxy else 0
+        run = session(api, path, route, fake, tools, result_bytes)
+        if not run.errors:
+            break
+        said = route.proxy.log_text(since).splitlines() if route.proxy else []
+        complaints = [line[:300] for line in said if PROXY_COMPLAINT.search(line)][-3:]
+        failures.append(f"{api}/{path}, attempt {attempt}: {run.errors[0]}" + "".join(f"\n  {c}" for c in complaints))
+    return run
+
+
+def addon_config(source: Path) -> Callable[[Path], str]:
+    """A shipped config with only the session store and the telemetry file moved into the work dir."""
+    def text(workdir: Path) -> str:
+        cfg = yaml.safe_load(source.read_text())
+        cfg.setdefault("sessions", {})["dir"] = str(workdir / "sessions")
+        cfg.setdefault("telemetry", {})["path"] = str(workdir / "telemetry.jsonl")
+        return yaml.safe_dump(cfg, sort_keys=False)
+    return text
+
+
+# --- report -------------------------------------------------------------------------------------------
+
+
+def report(runs: list[Run], tools: list[Tool], failures: list[str], result_bytes: int, elapsed: float) -> None:
+    tool_turns = sum(bool(t.tool) for t in PLAN)
+    catalog_tokens = sum(len(json.dumps(t)) // 4 for t in anthropic_tools(tools))
+    print(f"# A {len(PLAN)}-turn session over {len(tools)} MCP tools (~{catalog_tokens:,} tokens), "
+          f"{tool_turns} tool turns, {len({t.tool for t in PLAN if t.tool})} different tools, "
+          f"tool results of ~{result_bytes / 1024:.0f} KB ({elapsed:.0f} s)\n")
+    print("Billed input in input-token equivalents: Anthropic uncached (all cache writes) × 1.25 + cached × 0.1; "
+          "OpenAI uncached + cached × 0.1 (assumed); Gemini uncached + cached × 0.25 (assumed). "
+          "*tools[] changed*: upstream requests whose `tools[]` differs from the request before, "
+          "of all but the first. *tool turns*: turns whose tool was called, of those that need one.\n")
+    print("| API | path | requests | searches | prompt tokens | cached | cached % | billed input | × direct "
+          "| tools[] changed | tool turns |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    direct = {r.api: r.billed for r in runs if r.path == "direct"}
+    for r in runs:
+        share = f"{100 * r.cached / r.tokens:.0f}%" if r.tokens else "n/a"
+        ratio = f"{r.billed / direct[r.api]:.2f}" if direct.get(r.api) else "n/a"
+        print(f"| {r.api} | {r.path} | {r.requests} | {r.searches} | {r.tokens:,} | {r.cached:,} | {share} "
+              f"| {r.billed:,.0f} | {ratio} | {r.changes} of {max(r.requests - 1, 0)} | {r.done} of {tool_turns} |")
+
+    print("\n## Where the cache broke\n")
+    print("*breaks in tools[]*: requests after the first whose first uncached segment is a tool (the others "
+          "miss only at the new end of the conversation). *uncached behind them*: those requests' uncached "
+          "tokens, as a share of all uncached tokens of the run (the rest: the first request, and new messages).\n")
+    print("| API | path | breaks in tools[] | uncached behind them | tools forwarded (mean) | tools[] KB (mean) |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in runs:
+        uncached = r.tokens - r.cached
+        behind = f"{100 * r.behind_tool_breaks / uncached:.0f}%" if uncached else "n/a"
+        n = max(r.requests, 1)
+        print(f"| {r.api} | {r.path} | {r.tool_breaks} | {behind} | {r.forwarded / n:.0f} "
+              f"| {r.tool_bytes / n / 1024:.1f} |")
+    if failures:
+        print("\n## Failed sessions (each played once more; a row whose second attempt failed too is partial)\n")
+        print("\n".join(f"- {f}" for f in failures))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--apis", default=",".join(APIS), help=f"comma-separated, of {', '.join(APIS)}")
+    ap.add_argument("--servers", type=int, default=20, help="MCP servers in the catalog (25 tools each, at most 20)")
+    ap.add_argument("--result-kb", type=float, default=3.0, help="size of each tool result the agent sends back")
+    args = ap.parse_args()
+    result_bytes = int(args.result_kb * 1024)
+    apis = [a for a in args.apis.split(",") if a]
+    unknown = set(apis) - set(APIS)
+    if unknown:
+        ap.error(f"unknown APIs: {', '.join(sorted(unknown))}")
+    tools = mcp_catalog(args.servers)
+    missing = {t.tool for t in PLAN if t.tool} - {t.name for t in tools}
+    if missing:
+        ap.error(f"the session needs servers the catalog lacks: {', '.join(sorted(missing))}")
+
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench_session_") as tmp_name, FakeProvider(stream_delay=0) as fake:
+        tmp = Path(tmp_name)
+        proxies = {"mitmdump": MitmDump(tmp / "plain", fake.url, name="plain")}
+        proxies |= {p: MitmDump(tmp / p, fake.url, script=ADDON_PATH, config=addon_config(c), name=p)
+                    for p, c in CONFIGS.items()}
+        try:
+            for proxy in proxies.values():
+                proxy.start()
+            runs: list[Run] = []
+            failures: list[str] = []
+            for api in apis:
+                for path in PATHS:
+                    started = time.monotonic()
+                    route = Route(fake.url, proxies.get(path))
+                    runs.append(measure(api, path, route, fake, tools, result_bytes, failures))
+                    print(f"{api} {path}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        finally:
+            for proxy in proxies.values():
+                proxy.stop()
+    report(runs, tools, failures, result_bytes, time.monotonic() - t0)
+
+
+if __name__ == "__main__":
+    main()
