@@ -15,7 +15,6 @@ import base64
 import contextlib
 import copy
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -1048,10 +1047,8 @@ def test_bedrock_api_key_search_then_call(
 def test_gemini_upstream_500_mid_loop(toolsearch: MitmDump, fk: FakeProvider) -> None:
     fk.set_script([search("forecast", times=1), fail(500, "overloaded", nth=2)])
     body = {"contents": [{"role": "user", "parts": [{"text": fresh("forecast?")}]}], "tools": gemini_raw_tools()}
-    t0 = time.monotonic()
-    with toolsearch.httpx_client() as http:
+    with toolsearch.httpx_client() as http:  # a hang would be the test's timeout, not a slow pass
         r = http.post(GEMINI_URL + ":streamGenerateContent?alt=sse", json=body, headers={"x-goog-api-key": "k"})
-    assert time.monotonic() - t0 < 30
     # The stream started live; the upstream's own error ends it in-stream, as Gemini sends one.
     assert r.status_code == 200 and SEARCH_TOOL not in r.text
     last = json.loads(r.text.strip().splitlines()[-1].removeprefix("data:"))
