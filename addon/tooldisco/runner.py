@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from loguru import logger
 
+from . import jsonspan
 from .loop import Finish, PhantomLoop, Search, Send
 from .planner import FlowContext
 from .search.service import SearchService
@@ -335,13 +336,13 @@ class LoopRunner:
 def _json_object(body: bytes) -> dict[str, Any] | None:
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
 
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return jsonspan.dumps(value).encode("utf-8")  # lone surrogates escaped, as the upstream sent them
 
 
 def _override(headers: list[tuple[str, str]], new: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -27,8 +27,11 @@ from tooldisco.streams.gemini import JSONArrayDecoder
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 
-# Nesting the fuzz generates. Deeper documents make ``json.loads`` raise RecursionError, a
-# known bug pinned by ``test_fuzz.test_nesting_past_the_parsers_limit_is_unsupported``.
+PHANTOM = "gateway_search_tools"  # the search tool's default name
+
+# Nesting the fuzz generates: within what ``json.loads`` reads (deeper bodies are Unsupported,
+# ``test_fuzz.test_nesting_past_the_parsers_limit_is_unsupported``), past what the stream
+# decoders take as JSON (``streams.common.MAX_DEPTH``).
 MAX_DEPTH = 800
 
 # Telling values: unicode from every plane, escapes JSON must keep, lone surrogates (JSON
@@ -75,6 +78,11 @@ class Gen(Random):
         if self.maybe(0.8):
             return self.choice([*_NAMES, "a", "ToolSearch", "x-1", "Z"])
         return "".join(self.choice(string.ascii_letters + "_-") for _ in range(self.randint(1, 12)))
+
+    def called(self) -> str:
+        """A called tool's name: now and then the phantom search tool, which strip and the
+        stitchers hide."""
+        return PHANTOM if self.maybe(0.3) else self.name()
 
     def names(self, most: int = 8) -> list[str]:
         return list(dict.fromkeys(self.name() for _ in range(self.randint(0, most))))
@@ -422,7 +430,7 @@ def anthropic_message(g: Gen) -> dict[str, Any]:
     def block() -> dict[str, Any]:
         return g.choice([
             lambda: {"type": "text", "text": g.text()},
-            lambda: {"type": "tool_use", "id": g.ident(), "name": g.name(), "input": g.args()},
+            lambda: {"type": "tool_use", "id": g.ident(), "name": g.called(), "input": g.args()},
             lambda: {"type": "thinking", "thinking": g.text(), "signature": g.ident()},
             lambda: {"type": "redacted_thinking", "data": "abc"},
         ])()
@@ -434,7 +442,7 @@ def anthropic_message(g: Gen) -> dict[str, Any]:
 
 
 def chat_completion(g: Gen) -> dict[str, Any]:
-    calls = [{"id": g.ident(), "type": "function", "function": {"name": g.name(), "arguments": json.dumps(g.json())}}
+    calls = [{"id": g.ident(), "type": "function", "function": {"name": g.called(), "arguments": json.dumps(g.json())}}
              for _ in range(g.randint(0, 3))]
     message: dict[str, Any] = {"role": "assistant", "content": g.text() if g.maybe() else None, "refusal": None}
     if calls:
@@ -450,7 +458,7 @@ def responses_response(g: Gen) -> dict[str, Any]:
         return g.choice([
             lambda: {"type": "message", "id": g.ident(), "status": "completed", "role": "assistant",
                      "content": [{"type": "output_text", "text": g.text(), "annotations": []}]},
-            lambda: {"type": "function_call", "id": g.ident(), "call_id": g.ident(), "name": g.name(),
+            lambda: {"type": "function_call", "id": g.ident(), "call_id": g.ident(), "name": g.called(),
                      "arguments": json.dumps(g.json()), "status": "completed"},
             lambda: {"type": "reasoning", "id": g.ident(), "summary": [{"type": "summary_text", "text": g.text()}]},
         ])()
@@ -466,7 +474,7 @@ def gemini_response(g: Gen) -> dict[str, Any]:
         return g.choice([
             lambda: {"text": g.text()},
             lambda: {"text": g.text(), "thought": True},
-            lambda: {"functionCall": {"name": g.name(), "args": g.args()}, "thoughtSignature": "c2ln"},
+            lambda: {"functionCall": {"name": g.called(), "args": g.args()}, "thoughtSignature": "c2ln"},
         ])()
 
     return {"candidates": [{"content": {"role": "model", "parts": [part() for _ in range(g.randint(1, 4))]},
@@ -479,13 +487,33 @@ def converse_response(g: Gen) -> dict[str, Any]:
     def block() -> dict[str, Any]:
         if g.maybe():
             return {"text": g.text()}
-        return {"toolUse": {"toolUseId": g.ident(), "name": g.name(), "input": g.args()}}
+        return {"toolUse": {"toolUseId": g.ident(), "name": g.called(), "input": g.args()}}
 
     return {"output": {"message": {"role": "assistant", "content": [block() for _ in range(g.randint(0, 4))]}},
             "stopReason": g.choice(["end_turn", "tool_use"]),
             "usage": {"inputTokens": g.randrange(10**6), "outputTokens": g.randrange(10**6),
                       "totalTokens": g.randrange(10**6)},
             "metrics": {"latencyMs": g.randrange(10**5)}}
+
+
+ANSWERS: dict[str, Callable[[Gen], dict[str, Any]]] = {
+    "anthropic": anthropic_message,
+    "openai_chat": chat_completion,
+    "openai_responses": responses_response,
+    "gemini": gemini_response,
+    "gemini_stream": gemini_response,
+    "bedrock_converse": converse_response,
+    "bedrock_invoke": anthropic_message,
+}
+
+
+@st.composite
+def answer(draw: Draw, api: str) -> dict[str, Any]:
+    """An upstream's JSON answer for ``api`` as the runner reads it: valid, or mutated."""
+    rnd, value = draw(RANDOM), draw(GENS.map(ANSWERS[api]))
+    if rnd.random() < 0.5:
+        value = draw(mutated(value))
+    return json.loads(dumps(value, rnd))
 
 
 # --- valid framing around hostile payloads ---------------------------------------------------

@@ -50,3 +50,17 @@ def test_wrong_container_is_absent(text, path):
 def test_elements_of_a_non_array_raise():
     with pytest.raises(ValueError):
         jsonspan.elements('{"a":1}', (0, 7))
+
+
+@pytest.mark.parametrize("value, text", [
+    ({"t": "café ☕ 🚀"}, '{"t":"café ☕ 🚀"}'),  # non-ASCII as the providers send it
+    ({"t": "\ud800 é", "\udfff": 1}, '{"t":"\\ud800 é","\\udfff":1}'),  # a lone surrogate escaped, as it came
+])
+def test_dumps_writes_utf8_ready_json(value, text):
+    out = jsonspan.dumps(value)
+    assert out == text
+    assert json.loads(out.encode("utf-8")) == value
+
+
+def test_dumps_indented():
+    assert jsonspan.dumps({"a": ["\ud800"]}, indent=2) == '{\n  "a": [\n    "\\ud800"\n  ]\n}'

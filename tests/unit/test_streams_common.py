@@ -11,7 +11,7 @@ import pytest
 from openai.lib.streaming._deltas import accumulate_delta
 from test_streams_support import decode, fixture
 from tooldisco.streams import anthropic, bedrock, gemini, openai_chat, openai_responses
-from tooldisco.streams.common import Fragments, IncompleteStream, StreamError, merge_delta
+from tooldisco.streams.common import MAX_DEPTH, Fragments, IncompleteStream, StreamError, loads_or_text, merge_delta
 
 CASES = [
     (anthropic.AnthropicStreamDecoder, "anthropic_thinking_tool.sse"),
@@ -143,3 +143,19 @@ def _scramble(value: Any, rng: random.Random, values: list[Any]) -> None:
     elif isinstance(value, list):
         for item in value:
             _scramble(item, rng, values)
+
+
+def _nested(depth: int) -> str:
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+@pytest.mark.parametrize("text, parsed", [
+    (_nested(MAX_DEPTH), True),
+    (_nested(MAX_DEPTH + 1), False),
+    ("[" + ",".join("[[]]" for _ in range(MAX_DEPTH)) + "]", True),  # many brackets, shallow: walked
+    ('"' + "[" * (MAX_DEPTH + 1) + '"', True),  # brackets in a string nest nothing
+    ("[" * 20_000 + "]" * 20_000, False),  # past json.loads' own limit
+    ("{", False),
+])
+def test_loads_or_text_takes_json_up_to_the_depth_the_assemblers_copy(text: str, parsed: bool) -> None:
+    assert loads_or_text(text) == (json.loads(text) if parsed else text)

@@ -16,6 +16,7 @@ from .common import (
     append_array,
     check_unique,
     load_object,
+    named,
     params_of,
     parsed_tools,
     query_schema,
@@ -152,7 +153,7 @@ class AnthropicAdapter(AdapterDefaults):
         out["content"] = [
             b
             for b in as_list(message.get("content"))
-            if not (isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in hidden)
+            if not (isinstance(b, dict) and b.get("type") == "tool_use" and named(b.get("name"), hidden))
         ]
         if out.get("stop_reason") == "tool_use" and not self.calls(out):
             out["stop_reason"] = "end_turn"

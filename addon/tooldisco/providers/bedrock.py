@@ -26,6 +26,7 @@ from .common import (
     append_array,
     check_unique,
     load_object,
+    named,
     params_of,
     query_schema,
     replace_array,
@@ -169,7 +170,7 @@ class ConverseAdapter(AdapterDefaults):
         msg["content"] = [
             b
             for b in _content(message)
-            if not (isinstance(b, dict) and isinstance(b.get("toolUse"), dict) and b["toolUse"].get("name") in hidden)
+            if not (isinstance(b, dict) and named(as_dict(b.get("toolUse")).get("name"), hidden))
         ]
         output["message"] = msg
         out["output"] = output

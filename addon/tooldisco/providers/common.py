@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
@@ -171,6 +171,12 @@ def parsed_tools(body: str, path: Sequence[str | int], parse_tool: Callable[[str
     """The tools at ``path``; ``parse_tool`` is cached by definition text (agents resend the
     same definitions every turn)."""
     return tuple(parse_tool(raw) for raw in tool_spans(body, path))
+
+
+def named(value: Any, names: Collection[str]) -> bool:
+    """Whether a call's ``name`` is one of ``names``: one of another JSON type never is (and
+    may not even hash)."""
+    return isinstance(value, str) and value in names
 
 
 def check_unique(tools: Iterable[Tool]) -> None:

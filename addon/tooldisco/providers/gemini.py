@@ -24,6 +24,7 @@ from .common import (
     append_array,
     check_unique,
     load_object,
+    named,
     params_of,
     parsed_tools,
     query_schema,
@@ -88,11 +89,12 @@ def _call_parts(message: dict[str, Any]) -> list[tuple[ToolCall, dict[str, Any]]
 
 def _by_modality(lists: Iterable[Any]) -> list[dict[str, Any]]:
     """``*TokensDetails`` lists (``[{modality, tokenCount}]``) summed modality by modality."""
-    counts: dict[Any, int] = {}
+    counts: dict[str | None, int] = {}
     for details in lists:
-        for d in details if isinstance(details, list) else []:
-            if isinstance(d, dict) and isinstance(d.get("tokenCount"), int):
-                counts[d.get("modality")] = counts.get(d.get("modality"), 0) + d["tokenCount"]
+        for d in map(as_dict, as_list(details)):
+            modality, count = d.get("modality"), d.get("tokenCount")
+            if isinstance(count, int) and (modality is None or isinstance(modality, str)):
+                counts[modality] = counts.get(modality, 0) + count
     return [{"modality": m, "tokenCount": n} for m, n in counts.items()]
 
 
@@ -233,7 +235,7 @@ class GeminiAdapter(AdapterDefaults):
             unsigned = False  # a removed phantom call held the step's signature
             for part in content["parts"]:
                 call = _field(part, "functionCall", "function_call")
-                if isinstance(call, dict) and call.get("name") in hidden:
+                if isinstance(call, dict) and named(call.get("name"), hidden):
                     unsigned = unsigned or "thoughtSignature" in part
                     continue
                 if isinstance(call, dict) and unsigned:

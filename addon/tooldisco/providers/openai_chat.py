@@ -16,6 +16,7 @@ from .common import (
     append_array,
     check_unique,
     load_object,
+    named,
     params_of,
     parsed_tools,
     query_schema,
@@ -166,7 +167,7 @@ class OpenAIChatAdapter(AdapterDefaults):
                 continue
             choice = dict(choice)
             msg = dict(as_dict(choice.get("message")))
-            kept = [tc for tc in _calls_of(msg) if as_dict(tc.get("function")).get("name") not in hidden]
+            kept = [tc for tc in _calls_of(msg) if not named(as_dict(tc.get("function")).get("name"), hidden)]
             if msg.get("tool_calls") is not None:
                 if kept:
                     msg["tool_calls"] = kept

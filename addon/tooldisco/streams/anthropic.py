@@ -19,6 +19,8 @@ from .sse import encode_event
 
 # message_delta.delta keys the SDK copies even when null; other null keys keep the earlier value.
 _DELTA_ALWAYS = ("stop_reason", "stop_sequence", "stop_details")
+# Message members the block events and message_delta's own usage build: nothing replaces them.
+_BUILT = ("content", "usage")
 
 
 def _late_fields(message: dict[str, Any]) -> list[str]:
@@ -111,10 +113,10 @@ class AnthropicAssembler(Assembler):
     def _message_delta(self, data: dict[str, Any]) -> None:
         assert self._message is not None
         for key, value in as_dict(data.get("delta")).items():
-            if value is not None or key in _DELTA_ALWAYS:
+            if (value is not None or key in _DELTA_ALWAYS) and key not in _BUILT:
                 self._message[key] = copy.deepcopy(value)
         for key, value in data.items():
-            if key not in ("type", "delta", "usage") and value is not None:
+            if key not in ("type", "delta", *_BUILT) and value is not None:
                 self._message[key] = copy.deepcopy(value)
         # Usage here is cumulative: present counts overwrite, absent ones keep message_start's.
         usage = self._message["usage"]

@@ -46,13 +46,35 @@ class IncompleteStream(Exception):
     """The stream has not carried enough to assemble a message (e.g. no start event yet)."""
 
 
+# How deep an upstream's JSON may nest for the stream code to take it as JSON. The assemblers
+# copy and merge values recursively (copy.deepcopy spends two Python frames a level), so this
+# keeps them well inside Python's default recursion limit of 1000; json.loads itself goes to
+# about 10,000 levels. Real events nest a few dozen levels at most.
+MAX_DEPTH = 200
+
+
 def loads_or_text(text: str) -> Any:
-    """The parsed JSON value, or the text itself when it is not JSON (never raises); JSON
-    nested past the parser's limit (RecursionError) counts as not JSON."""
+    """The parsed JSON value, or the text itself when it is not JSON (never raises). JSON
+    nested deeper than ``MAX_DEPTH``, or past the parser's own limit, counts as not JSON."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except (ValueError, RecursionError):
         return text
+    return value if _within_depth(text, value) else text
+
+
+def _within_depth(text: str, value: Any) -> bool:
+    """Whether ``value`` nests at most ``MAX_DEPTH`` deep. A text that opens fewer brackets
+    than that cannot nest deeper (most events); else the value is walked level by level."""
+    if text.count("{") + text.count("[") <= MAX_DEPTH:
+        return True
+    level = [value] if isinstance(value, (dict, list)) else []
+    for _ in range(MAX_DEPTH):
+        if not level:
+            return True
+        children = (c for v in level for c in (v.values() if isinstance(v, dict) else v))
+        level = [c for c in children if isinstance(c, (dict, list))]
+    return not level
 
 
 def parse_arguments(text: str) -> Any:
