@@ -33,9 +33,6 @@ class Ranking:
     backend: str
     # Why the asked-for backend handed over to ``backend`` (None when it did not).
     fallback: str | None = None
-    # The server the query named (``names``): ``names`` then holds all its tools, more
-    # than the limit asked for, and the caller loads the first and lists the rest.
-    group: str | None = None
 
 
 class Searcher(Protocol):

@@ -1,4 +1,4 @@
-"""Okapi BM25 over tool definitions (k1 1.2, b 0.5), as a precomputed inverted index.
+"""Okapi BM25 over tool definitions (k1 1.2, b 0.75), as a precomputed inverted index.
 
 Why: keyword search needs no model, explains itself, and is what a tool name query
 ("github create issue") wants. The catalog is indexed once: every (term, tool) weight
@@ -7,11 +7,8 @@ lists and a partial sort, well under a millisecond at 10k tools.
 
 The document of a tool is its fields (``documents``) with their weights: the name
 counts twice (seed 002's name boost), parameter descriptions and schema values less.
-Length normalisation is milder than the textbook 0.75 (b = 0.5): a tool's definition
-is long because it has many parameters, not because it rambles; on BFCL that is worth
-0.4 points of recall@5. A query with several intents is diversified across them
-(``intents``). A query none of whose terms occurs in the catalog is most likely
-misspelt: it is answered by the fuzzy backend instead of with nothing.
+A query none of whose terms occurs in the catalog is most likely misspelt: it is
+answered by the fuzzy backend instead of with nothing.
 """
 
 from __future__ import annotations
@@ -27,12 +24,11 @@ from ..providers.base import Tool
 from .base import Ranking, SearcherBase
 from .documents import FIELD_WEIGHTS, fields
 from .fuzzy_search import fuzzy_index
-from .intents import search
 from .index_cache import IndexCache
 from .tokens import terms
 
 K1 = 1.2
-B = 0.5
+B = 0.75
 
 
 def document(tool: Tool) -> Counter[str]:
@@ -87,16 +83,17 @@ class BM25Index:
                 scores[posting[0]] += posting[1]
         return scores
 
-    def candidate_scores(self, texts: Sequence[str]) -> np.ndarray:
-        """One row of scores per text; -inf for tools without a term in common."""
-        rows = np.stack([self.scores(text) for text in texts]).astype(np.float64)
-        rows[rows <= 0] = -np.inf
-        return rows
-
     def top(self, query: str, limit: int) -> list[int]:
-        """Indexes of the best ``limit`` tools with a positive score, best first, ties by
-        name, diversified across the query's intents."""
-        return search(self.candidate_scores, query, limit, self.name_order)
+        """Indexes of the best ``limit`` tools with a positive score, best first, ties by name."""
+        if limit <= 0:
+            return []
+        scores = self.scores(query)
+        hits = np.flatnonzero(scores > 0)
+        if len(hits) > limit:
+            kth = np.partition(scores[hits], len(hits) - limit)[len(hits) - limit]
+            hits = hits[scores[hits] >= kth]  # keep every tie at the cut, sorted below
+        order = np.lexsort((self.name_order[hits], -scores[hits]))
+        return hits[order][:limit].tolist()
 
 
 _INDEXES: IndexCache[BM25Index] = IndexCache(BM25Index.build)

@@ -9,16 +9,10 @@ Query syntax (the ``query`` argument, a string):
 
 - ``*``: list the name of every deferred tool; nothing is injected.
 - ``select:NAME1,NAME2``: load exactly these tools (commas between names, spaces
-  ignored); a name without its MCP prefix or namespace is read as the one tool that has
-  it; names not in the catalog, or bare names several tools share, are reported.
+  ignored); names not in the catalog are reported.
 - anything else: a search with the configured backend (a regex for ``regex``, which
   falls back to fuzzy keywords, and answers a pattern too expensive to run with an
-  error; keywords or a description of the task for the others). Tools the query names
-  come first (``names``), all of them loaded; a query naming a server loads its first
-  ``limit`` tools and lists the others by name, for ``select:``. A search that finds
-  nothing answers with the nearest tool names instead of an empty list.
-
-Results are compact JSON: the text stays in the conversation and is re-sent every turn.
+  error; keywords or a description of the task for the others).
 
 A search or select that loads something also loads the ``always_keep`` tools present
 in the catalog (entries may be globs, e.g. ``mcp__github__*``); they come on top of the
@@ -37,7 +31,6 @@ from loguru import logger
 from ..providers.base import Tool
 from .base import QueryError, Searcher, check_query
 from .brief import brief
-from .names import name_index
 
 LIST_ALL = "*"
 MAX_LISTED = 300  # names in one listing answer
@@ -87,7 +80,7 @@ def run_query(
     if stripped == LIST_ALL:
         return _listing(query, by_name)
     if stripped.lower().startswith(SELECT_PREFIX):
-        return _select(query, stripped[len(SELECT_PREFIX) :], catalog, by_name, always_keep)
+        return _select(query, stripped[len(SELECT_PREFIX) :], by_name, always_keep)
 
     try:
         ranking = searcher.rank(stripped, catalog, limit)
@@ -96,63 +89,33 @@ def run_query(
     except Exception:  # a backend bug must not break the user's request
         logger.exception("tool search failed for backend {}", searcher.name)
         return _invalid("The search failed inside the gateway. " + HINT, query, backend=searcher.name)
-    # Named tools may run past the limit (the model asked for each); a server's may not.
-    hits = ranking.names if ranking.group is None else ranking.names[: max(limit, 0)]
+    hits = ranking.names[: max(limit, 0)]
     if not hits:
-        text = _nothing_found(stripped, catalog)
+        text = _json({"tools": [], "message": f"No tools matched {stripped!r}. {HINT}"})
         return SearchOutcome([], text, False, query, "search", ranking.backend, ranking.fallback)
     matched = _with_always_keep(hits, by_name, always_keep)
-    more = ranking.names[len(hits) :]
-    text = _loaded_text(matched, by_name, more=more, group=ranking.group)
+    text = _loaded_text(matched, by_name)
     return SearchOutcome(matched, text, False, query, "search", ranking.backend, ranking.fallback)
 
 
-def _nothing_found(query: str, catalog: Sequence[Tool]) -> str:
-    """No match: the nearest names, so the model can pick one rather than give up."""
-    nearest = name_index(catalog).suggest(query)
-    message = f"No tools matched {query!r}."
-    if nearest:
-        message += " The nearest names are listed: load one with 'select:NAME'."
-    return _json({"tools": [], "suggestions": nearest, "message": f"{message} {HINT}"})
-
-
 def _select(
-    query: str, spec: str, catalog: Sequence[Tool], by_name: dict[str, Tool], always_keep: Sequence[str]
+    query: str, spec: str, by_name: dict[str, Tool], always_keep: Sequence[str]
 ) -> SearchOutcome:
     wanted = list(dict.fromkeys(name.strip() for name in spec.split(",") if name.strip()))
-    resolved = {name: _resolve(name, catalog, by_name) for name in wanted}
-    found = list(dict.fromkeys(r for r in resolved.values() if r is not None))
-    unknown = [name for name, r in resolved.items() if r is None]
+    found = [name for name in wanted if name in by_name]
+    unknown = [name for name in wanted if name not in by_name]
     if not found:
-        message = _unknown_note(unknown, catalog) if unknown else "select: needs tool names, e.g. 'select:NAME1,NAME2'."
+        message = (
+            f"No tool is named {', '.join(map(repr, unknown))}."
+            if unknown
+            else "select: needs tool names, e.g. 'select:NAME1,NAME2'."
+        )
         return SearchOutcome(
             [], _json({"error": f"{message} {HINT}"}), True, query, "select", unknown=unknown
         )
     matched = _with_always_keep(found, by_name, always_keep)
-    text = _loaded_text(matched, by_name, unknown, note=_unknown_note(unknown, catalog))
+    text = _loaded_text(matched, by_name, unknown)
     return SearchOutcome(matched, text, False, query, "select", unknown=unknown)
-
-
-def _unknown_note(unknown: Sequence[str], catalog: Sequence[Tool]) -> str:
-    """Why each of ``unknown`` loaded nothing: no such tool, or several tools share the bare name."""
-    index = name_index(catalog)
-    notes = []
-    for name in unknown:
-        owners = [catalog[i].name for i in index.resolve(name)]
-        notes.append(
-            f"{name!r} is the name of {len(owners)} tools, select one: {', '.join(owners)}."
-            if len(owners) > 1
-            else f"No tool is named {name!r}."
-        )
-    return " ".join(notes)
-
-
-def _resolve(name: str, catalog: Sequence[Tool], by_name: dict[str, Tool]) -> str | None:
-    """The catalog's name for ``name``: itself, or the one tool with that bare name."""
-    if name in by_name:
-        return name
-    hits = name_index(catalog).resolve(name)
-    return catalog[hits[0]].name if len(hits) == 1 else None
 
 
 def _listing(query: str, by_name: dict[str, Tool]) -> SearchOutcome:
@@ -183,15 +146,7 @@ def _with_always_keep(
     return out
 
 
-def _loaded_text(
-    matched: list[str],
-    by_name: dict[str, Tool],
-    unknown: Sequence[str] = (),
-    *,
-    more: Sequence[str] = (),
-    group: str | None = None,
-    note: str = "",
-) -> str:
+def _loaded_text(matched: list[str], by_name: dict[str, Tool], unknown: Sequence[str] = ()) -> str:
     message = (
         f"These {len(matched)} tools are now available: call them directly by name "
         "with the parameters their definitions give."
@@ -200,12 +155,9 @@ def _loaded_text(
         "its definition gives."
     )
     result: dict[str, Any] = {"tools": [brief(by_name[name]) for name in matched]}
-    if more:
-        result["more"] = list(more)
-        message += f" More tools of {group!r}, not loaded: load them with 'select:NAME1,NAME2'."
     if unknown:
         result["unknown"] = list(unknown)
-        message += f" {note}"
+        message += f" No tool is named {', '.join(map(repr, unknown))}."
     result["message"] = message
     return _json(result)
 
@@ -215,4 +167,4 @@ def _invalid(message: str, query: str | None, *, backend: str | None = None) -> 
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(value, ensure_ascii=False)
