@@ -51,6 +51,10 @@ class SearchService:
                     if sel.fallback:
                         return self._restore_all(ctx, call, record, sel.fallback, t0)
                     searcher = FixedRanking(sel.names)
+            if td.strategy != "api":
+                # A catalog's first search may have to build its index (hybrid: load the model,
+                # embed every tool): that is not the query's cost, so it runs before the budget.
+                await self.warm(catalog)
             outcome = await run_query_async(call.arguments, catalog, searcher, td.max_search_results,
                                             td.always_keep, budget_s=td.search.timeout)
         except Exception as e:  # the model reads an error and goes on; the flow never breaks
