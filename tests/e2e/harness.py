@@ -8,6 +8,7 @@ interception. Import this module as ``tests.e2e.harness``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -338,6 +339,23 @@ class MitmDump:
                 return m
             if time.monotonic() > deadline:
                 raise AssertionError(f"{pattern!r} not in mitmdump log after {timeout}s:\n{self.log_text(since)}")
+            time.sleep(0.05)
+
+    def records(self, name: str = "tool_discovery.jsonl", *, where: Callable[[dict[str, Any]], Any] | None = None,
+                at_least: int = 1, timeout: float = 20.0) -> list[dict[str, Any]]:
+        """The JSON lines of ``workdir/name`` once ``at_least`` of them satisfy ``where``.
+
+        Telemetry is written by a background thread after the client already has its answer,
+        so a test that reads it right away races the writer: poll instead.
+        """
+        path = self.workdir / name
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+            if sum(1 for r in lines if where is None or where(r)) >= at_least:
+                return lines
+            if time.monotonic() > deadline:
+                raise AssertionError(f"fewer than {at_least} matching records in {path} after {timeout}s: {lines!r}"[:4000])
             time.sleep(0.05)
 
     # --- clients ------------------------------------------------------------------------

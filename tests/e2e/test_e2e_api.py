@@ -102,9 +102,8 @@ def names(rec) -> list[str]:
     return [t["name"] for t in rec.json.get("tools") or []]
 
 
-def telemetry(proxy) -> list[dict]:
-    path = proxy.workdir / "t.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+def telemetry(proxy, where=None, at_least: int = 1) -> list[dict]:
+    return proxy.records("t.jsonl", where=where, at_least=at_least)
 
 
 def test_reference_selector_end_to_end(mitm_factory, fake, tmp_path):
@@ -129,7 +128,7 @@ def test_reference_selector_end_to_end(mitm_factory, fake, tmp_path):
         assert [b.name for b in msg.content if b.type == "tool_use"] == [TARGET]
         first, second = fake.api_requests("anthropic")
         assert names(first) == [SEARCH_TOOL] and TARGET in names(second) and len(names(second)) <= 4
-        rec = [r for r in telemetry(proxy) if r.get("searches")][-1]
+        rec = [r for r in telemetry(proxy, where=lambda r: r.get("searches")) if r.get("searches")][-1]
         s = rec["searches"][0]
         assert s["backend"] == "api" and s["api_status"] == 200 and TARGET in s["matched"] and s["api_ms"] > 0
     finally:
@@ -155,7 +154,7 @@ def test_every_selector_failure_fails_open(mitm_factory, fake, faulty, behaviour
     second = fake.api_requests("anthropic")[1]
     assert len(names(second)) == 61  # every deferred tool restored, plus the search tool
     assert faulty.requests[-1]["auth"] == f"Bearer {KEY}"
-    rec = [r for r in telemetry(proxy) if r.get("searches")][-1]
+    rec = [r for r in telemetry(proxy, where=lambda r: r.get("searches")) if r.get("searches")][-1]
     assert rec["searches"][0]["fallback"] == reason and rec["fallback_reason"] == f"selector_{reason}"
 
 
@@ -174,10 +173,7 @@ def test_dark_and_shadow_leave_tools_alone_and_log(mitm_factory, fake, faulty, m
     tools = anthropic_tools(60)
     ask(proxy, "weather forecast for Paris")
     assert fake.api_requests("anthropic")[-1].json["tools"] == tools  # unaltered
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not [r for r in telemetry(proxy) if r.get("shadow")]:
-        time.sleep(0.1)
-    rec = [r for r in telemetry(proxy) if r.get("shadow")][-1]
+    rec = [r for r in telemetry(proxy, where=lambda r: r.get("shadow")) if r.get("shadow")][-1]
     assert rec["rollout"] == mode and rec["shadow"]["selected"][0] == TARGET
     assert "weather forecast for Paris" in faulty.requests[-1]["body"]["pattern"]
     if mode == "shadow":
@@ -192,7 +188,7 @@ def test_partial_rollout_is_per_session(mitm_factory, fake, faulty, percent, def
     for _ in range(3):
         ask(proxy)
         assert (names(fake.api_requests("anthropic")[-1]) == [SEARCH_TOOL]) is deferred
-    assert {r["rollout"] for r in telemetry(proxy)} == {f"partial:{'in' if deferred else 'out'}"}
+    assert {r["rollout"] for r in telemetry(proxy, at_least=3)} == {f"partial:{'in' if deferred else 'out'}"}
 
 
 def test_report_over_a_real_run(mitm_factory, fake, faulty):
@@ -204,6 +200,7 @@ def test_report_over_a_real_run(mitm_factory, fake, faulty):
     faulty.behaviour = lambda b: (500, b"{}", 0)
     fake.set_script([search("weather forecast", times=1), call(TARGET, {"city": "Paris"}), reply("done")])
     ask(proxy)
+    telemetry(proxy, at_least=5)  # every record written
     out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "report_api.py"), str(proxy.workdir / "t.jsonl")],
                          capture_output=True, text=True, check=True).stdout
     assert "80" in out and "http_500" in out  # 4 of 5 searches succeeded
@@ -216,5 +213,5 @@ def test_a_slow_selector_within_the_timeout_is_used(mitm_factory, fake, faulty):
     msg = ask(proxy)
     assert [b.name for b in msg.content if b.type == "tool_use"] == [TARGET]
     assert names(fake.api_requests("anthropic")[1]) == [SEARCH_TOOL, TARGET]  # the selection, not everything
-    s = [r for r in telemetry(proxy) if r.get("searches")][-1]["searches"][0]
+    s = [r for r in telemetry(proxy, where=lambda r: r.get("searches")) if r.get("searches")][-1]["searches"][0]
     assert s["fallback"] is None and s["api_ms"] >= 600

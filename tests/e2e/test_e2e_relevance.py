@@ -72,9 +72,8 @@ def test_telemetry_line_without_credentials(mitm, fake, anthropic_client):
         model="claude-x", max_tokens=64, tools=anthropic_tools(60),
         messages=[{"role": "user", "content": "telemetry check: list slack channels"}],
     )
-    path = mitm.workdir / "tool_discovery.jsonl"  # written before the request goes upstream
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    rec = lines[-1]
+    path = mitm.workdir / "tool_discovery.jsonl"
+    rec = mitm.records()[-1]
     assert rec["provider"] == "anthropic" and rec["strategy"] == "relevance"
     assert rec["total_tools"] == 60 and rec["kept_tools"] == 25 and rec["deferred_tools"] == 35
     assert rec["tool_tokens_after"] < rec["tool_tokens_before"] and rec["processing_ms"] >= 0

@@ -3,7 +3,6 @@ for every search backend."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
@@ -223,15 +222,7 @@ def test_telemetry_records_the_search(mitm, fake, anthropic_client):
     script_search_then_call(fake)
     anthropic_client.messages.create(model="claude-x", max_tokens=64, tools=a_tools(),
                                      messages=[{"role": "user", "content": fresh("telemetry forecast?")}])
-    deadline = time.monotonic() + 10
-    path = mitm.workdir / "tool_discovery.jsonl"
-    while time.monotonic() < deadline:
-        lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-        done = [x for x in lines if x.get("searches")]
-        if done:
-            break
-        time.sleep(0.1)
-    rec = done[-1]
+    rec = [x for x in mitm.records(where=lambda x: x.get("searches")) if x.get("searches")][-1]
     assert rec["loops"] == 1 and rec["searches"][0]["query"] == "weather forecast"
     assert TARGET in rec["searches"][0]["matched"] and rec["outcome"] == "done"
     assert rec["loop_added_ms"] >= 0 and rec["upstream_ms"] > 0
