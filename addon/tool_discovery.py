@@ -119,6 +119,24 @@ class ToolDiscovery:
         flow.metadata[META_HOST] = flow.request.pretty_host
         if flow.request.headers.get("upgrade", "").lower() == "websocket":
             self._websocket(flow)
+        self._key_to_header(flow)
+
+    def _key_to_header(self, flow: http.HTTPFlow) -> None:
+        """Gemini's ``?key=`` moved into ``x-goog-api-key``, which the API reads the same way.
+
+        Why: mitmproxy prints every flow's URL, query string included, to stdout (the
+        dumper's flow listing bypasses logging, so no filter can redact it), and saved flows
+        keep it. In a header the key is where every other provider's key is: never printed
+        at the default flow detail. A request that names its key both ways is left alone."""
+        engine = self.engine
+        host = flow.metadata[META_HOST]
+        if engine is None or not host.endswith(".googleapis.com") or not engine.config.handles_host(host):
+            return
+        keys = flow.request.query.get_all("key")
+        if len(keys) != 1 or "x-goog-api-key" in flow.request.headers:
+            return
+        flow.request.headers["x-goog-api-key"] = keys[0]
+        del flow.request.query["key"]
 
     def _websocket(self, flow: http.HTTPFlow) -> None:
         """Codex opens a WebSocket to ``/v1/responses`` first; tool discovery runs on HTTP only.

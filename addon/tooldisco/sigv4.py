@@ -42,6 +42,9 @@ CREDENTIALS_TIMEOUT = 5.0  # seconds; botocore's instance-metadata fetcher defau
 _SIGNER_SET = frozenset({"authorization", "x-amz-date", "x-amz-security-token"})
 
 log = logging.getLogger(__name__)
+# botocore.auth logs the canonical request and each signature it makes at DEBUG: a re-signed
+# request could be replayed with it for minutes, so it never reaches mitmproxy's log.
+logging.getLogger("botocore.auth").setLevel(logging.INFO)
 
 
 class Status(str, Enum):

@@ -2,16 +2,16 @@
 writes, and per-caller state never crosses callers.
 
 One real mitmdump + the addon (tool-search, hybrid search so the embedding cache is written
-too) runs every credential form the APIs accept, each through its real client where one
-exists: Anthropic ``x-api-key`` (raw, as Claude Code sends it) and
-``Authorization: Bearer``, OpenAI ``Bearer sk-…``, Gemini
-``x-goog-api-key`` and ``?key=`` in the URL, Bedrock SigV4 (the proxy re-signs changed bodies
-with the same key from its own AWS chain), Azure OpenAI ``api-key``. Each form runs, JSON and
-streamed, a turn with a search (the proxy's own re-forward), a 500 in the middle of the loop,
-and a 400 on the first request (the proxy resends the client's original). Then the proxy is
-stopped (everything flushed) and every file it wrote is searched, as bytes, for every secret:
-its stdout/stderr, the telemetry JSONL, the session store's files (diskcache: SQLite and
-pickles), the search cache, and anything else under its work dir.
+too) runs every credential form the APIs accept, through the real client where one sends it:
+Anthropic ``x-api-key`` (raw, as Claude Code sends it; the SDK sends a bearer token) and
+``Authorization: Bearer``, OpenAI ``Bearer sk-…``, Gemini ``x-goog-api-key`` and ``?key=`` in
+the URL, Bedrock SigV4 (the proxy re-signs changed bodies with the same key from its own AWS
+chain), Azure OpenAI ``api-key``. Each form runs, JSON and streamed, a turn with a search (the
+proxy's own re-forward), a 500 in the middle of the loop, and a 400 on the first request (the
+proxy resends the client's original). Then the proxy is stopped (everything flushed) and every
+file it wrote is searched, as bytes, for every secret: its stdout/stderr, the telemetry JSONL,
+the session store's files (diskcache: SQLite and pickles), the search cache, and anything else
+under its work dir.
 
 The proxy runs with debug logging and a terminal 200 columns wide (``COLUMNS``), as a user
 investigating a problem runs it: mitmdump's flow listing cuts URLs at the terminal's width, so
@@ -23,7 +23,6 @@ no discovered tool, and a caller with no credential keeps no session.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
@@ -44,7 +43,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as gt
 
-from tests.e2e.harness import ADDON_PATH, MitmDump
+from tests.e2e.harness import ADDON_PATH, SCRUBBED_ENV, MitmDump
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, RecordedRequest, Rule, fail, reply, search
 from tests.fakeprovider.providers import PROVIDERS, BedrockConverse, BedrockInvoke, Incoming, OpenAIChat
 from tests.support.catalog import anthropic_tools, openai_tools
@@ -168,16 +167,6 @@ def gemini_tools() -> list[dict[str, Any]]:
                                        "parametersJsonSchema": t["input_schema"]} for t in CATALOG]}]
 
 
-def send_anthropic(client: anthropic.Anthropic, text: str, stream: bool) -> None:
-    kw: dict[str, Any] = dict(model="claude-sonnet-4-5", max_tokens=256, tools=CATALOG,
-                              messages=[{"role": "user", "content": text}])
-    if stream:
-        with client.messages.stream(**kw) as s:
-            s.get_final_message()
-    else:
-        client.messages.create(**kw)
-
-
 def send_chat(client: openai.OpenAI, text: str, stream: bool) -> None:
     kw: dict[str, Any] = dict(model="gpt-5", tools=openai_tools(60), messages=[{"role": "user", "content": text}])
     if stream:
@@ -197,8 +186,14 @@ def anthropic_key(mitm: MitmDump, text: str, stream: bool) -> None:
 
 
 def anthropic_bearer(mitm: MitmDump, text: str, stream: bool) -> None:
+    kw: dict[str, Any] = dict(model="claude-sonnet-4-5", max_tokens=256, tools=CATALOG,
+                              messages=[{"role": "user", "content": text}])
     with mitm.anthropic(api_key=None, auth_token=ANTHROPIC_TOKEN) as client:
-        send_anthropic(client, text, stream)
+        if stream:
+            with client.messages.stream(**kw) as s:
+                s.get_final_message()
+        else:
+            client.messages.create(**kw)
 
 
 def openai_bearer(mitm: MitmDump, text: str, stream: bool) -> None:
@@ -276,7 +271,8 @@ FORMS = (
     Form("gemini x-goog-api-key", (GEMINI_HEADER_KEY,), gemini_header,
          lambda r: r.header("x-goog-api-key") == GEMINI_HEADER_KEY and "key" not in r.query_params),
     Form("gemini ?key=", (GEMINI_QUERY_KEY, TENANT_A_KEY, TENANT_B_KEY), gemini_query,
-         lambda r: r.query_params.get("key") == [GEMINI_QUERY_KEY] and r.header("x-goog-api-key") is None),
+         # moved into the header the API reads the same way, so mitmproxy's flow listing never prints it
+         lambda r: r.header("x-goog-api-key") == GEMINI_QUERY_KEY and "key" not in r.query_params),
     Form("bedrock sigv4", (AWS_KEY_ID, AWS_SECRET), bedrock_sigv4,
          lambda r: (r.header("authorization") or "").startswith(f"AWS4-HMAC-SHA256 Credential={AWS_KEY_ID}/")),
     Form("azure api-key", (AZURE_KEY,), azure_key,
@@ -373,11 +369,14 @@ def run_tenants(mitm: MitmDump, fake: FakeProvider, traffic: Traffic) -> None:
 def traffic(proxy: MitmDump, provider: FakeProvider) -> Traffic:
     """Every form x scenario x (JSON, stream), the tenant runs; then the proxy stops, flushing all."""
     result = Traffic(proxy.workdir, proxy.log_path)
-    for form in FORMS:
-        for scenario in SCENARIOS:
-            for stream in (False, True):
-                result.runs[(form.name, scenario, stream)] = run_scenario(
-                    proxy, provider, form, scenario, stream, result.signatures)
+    with pytest.MonkeyPatch.context() as mp:
+        for name in SCRUBBED_ENV:  # the SDKs would add credentials of their own from the environment
+            mp.delenv(name, raising=False)
+        for form in FORMS:
+            for scenario in SCENARIOS:
+                for stream in (False, True):
+                    result.runs[(form.name, scenario, stream)] = run_scenario(
+                        proxy, provider, form, scenario, stream, result.signatures)
     run_tenants(proxy, provider, result)
     telemetry = proxy.workdir / "telemetry.jsonl"
     provider.reset()
@@ -448,27 +447,10 @@ def needles(traffic: Traffic, kind: str) -> list[bytes]:
 
 
 ARTIFACTS = ("mitmdump log", "telemetry", "sessions", "search cache", "other files")
-KNOWN_LEAKS = {
-    ("mitmdump log", "gemini ?key="): (
-        "mitmproxy's dumper prints each flow's request URL, query string included (so Gemini's ?key=), "
-        "straight to stdout (Dumper.echo -> print), not through logging: the addon's redacting filter "
-        "never sees it; at flow_detail=1 the URL is cut only at the terminal's width"
-    ),
-    ("mitmdump log", SIGNATURES): (
-        "at debug verbosity botocore.auth logs each signature the proxy makes when it re-signs a Bedrock "
-        "body ('Signature:' then the hex on its own line), a shape the redacting filter does not match"
-    ),
-}
 
 
 def secret_cases() -> list[Any]:
-    cases = []
-    for artifact in ARTIFACTS:
-        for kind in KINDS:
-            reason = KNOWN_LEAKS.get((artifact, kind))
-            marks = (pytest.mark.xfail(strict=True, reason=reason),) if reason else ()
-            cases.append(pytest.param(artifact, kind, marks=marks, id=f"{artifact}-{kind}"))
-    return cases
+    return [pytest.param(a, k, id=f"{a}-{k}") for a in ARTIFACTS for k in KINDS]
 
 
 @pytest.mark.parametrize(("artifact", "kind"), secret_cases())
