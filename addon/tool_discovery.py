@@ -17,17 +17,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Optional
 from urllib.parse import urlsplit
 
 from loguru import logger
-from mitmproxy import connection, ctx, exceptions, http
+from mitmproxy import connection, contentviews, ctx, exceptions, http
 from mitmproxy.proxy.mode_specs import ProxyMode, UpstreamMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tooldisco import sigv4  # noqa: E402
+from tooldisco import allocator, sigv4  # noqa: E402
 from tooldisco.config import ConfigError, load_config  # noqa: E402
 from tooldisco.engine import Engine  # noqa: E402
 from tooldisco.net import relay as relay_mod  # noqa: E402
@@ -36,6 +37,8 @@ from tooldisco.net.upstream import UpstreamClient, UpstreamOptions  # noqa: E402
 from tooldisco.providers.base import Adapter  # noqa: E402
 from tooldisco.redact import RedactingFilter  # noqa: E402
 from tooldisco.runner import Answer, Head  # noqa: E402
+from tooldisco_watch.view import ToolsView  # noqa: E402
+from tooldisco_watch.watch import Watcher  # noqa: E402
 
 DEFAULT_CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "tool_discovery.yaml")
 META_HOST = "tool_discovery.host"  # the host the client asked for, before map_remote
@@ -67,6 +70,8 @@ class ToolDiscovery:
         self._sink: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._filter = RedactingFilter()
+        self.watch = Watcher(lambda: self.engine.config.tool_discovery if self.engine else None)
+        self._watching = False
 
     def load(self, loader) -> None:
         loader.add_option(
@@ -75,6 +80,8 @@ class ToolDiscovery:
             DEFAULT_CONFIG,
             "Path of the tool discovery YAML config.",
         )
+        contentviews.add(ToolsView)  # mitmweb and the console: a body's tools and tool calls
+        allocator.return_large_blocks()  # a huge body's memory goes back to the OS with its flow
         if self._sink is None:
             try:
                 logger.remove(0)  # loguru's own stderr sink would print everything twice
@@ -171,6 +178,7 @@ class ToolDiscovery:
             await self._rewrite(flow, engine, adapter)
         except Exception:  # fail open: the request goes out exactly as the client sent it
             log.exception("tool discovery failed; forwarding the request unchanged")
+            self.watch.forget(flow)
             flow.request.raw_content, flow.request.headers, flow.request.url, flow.server_conn = original
             flow.metadata.pop(META_CONTEXT, None)
             flow.metadata.pop(META_LIVE, None)
@@ -199,6 +207,8 @@ class ToolDiscovery:
                                            urlsplit(flow.request.path).query)
         if prepared.background is not None:
             self._spawn(prepared.background())
+        self.watch.begin(flow, adapter, body, prepared.body, prepared.record,
+                         prepared.context.phantom if prepared.context else "")
         if prepared.body is None:
             return
         flow.request.content = prepared.body
@@ -216,6 +226,9 @@ class ToolDiscovery:
         if self.router is None:
             self.router = LiveRouter(self)
             ctx.master.addons.add(self.router)
+        if not self._watching:  # at the chain's end too: it annotates flows once everything else ran
+            self._watching = True
+            ctx.master.addons.add(self.watch)
 
     async def route_live(self, flow: http.HTTPFlow) -> None:
         """Send a live flow to the relay, which runs it (and every round after it) upstream."""
@@ -224,14 +237,16 @@ class ToolDiscovery:
             return
         ctx_, aws, _ = held
         runner = self.engine.runner(ctx_)
-        url = flow.request.url
+        url, flow_id = flow.request.url, flow.id
         client = self._upstream()
 
         async def serve(headers: list[tuple[str, str]], body: bytes) -> AsyncIterator[Head | bytes]:
             # The Host mitmproxy sent names the relay; the real one comes from ``url``.
             headers = [(k, v) for k, v in headers if k.lower() != "host"]
-            first = await runner.timed(client.open(url, headers, body))
-            async for item in runner.live(first, self._opener(url, headers, aws, client)):
+            started = time.time()
+            first = self.watch.tee(flow_id, url, headers, body, started,
+                                   await runner.timed(client.open(url, headers, body)))
+            async for item in runner.live(first, self._opener(url, headers, aws, client, flow_id)):
                 yield item
 
         port = await self.relay.start()
@@ -270,7 +285,10 @@ class ToolDiscovery:
             log.warning("phantom loop skipped: cannot decode the response body (%s)", e)
             return
         first = Answer.whole(flow.response.status_code, body, list(flow.response.headers.items(multi=True)))
-        opener = self._opener(flow.request.url, list(flow.request.headers.items(multi=True)), aws, self._upstream())
+        first = self.watch.tee(flow.id, flow.request.url, list(flow.request.headers.items(multi=True)),
+                               flow.request.content or b"", flow.request.timestamp_start, first, whole=body)
+        opener = self._opener(flow.request.url, list(flow.request.headers.items(multi=True)), aws, self._upstream(),
+                              flow.id)
         reply = await self.engine.runner(ctx_).buffered(first, opener)
         response = flow.response
         response.status_code = reply.status
@@ -295,13 +313,15 @@ class ToolDiscovery:
 
     # --- the proxy's own requests ---------------------------------------------------------
 
-    def _opener(self, url: str, headers: list[tuple[str, str]], aws: Any, client: UpstreamClient):
+    def _opener(self, url: str, headers: list[tuple[str, str]], aws: Any, client: UpstreamClient, flow_id: str):
         """How the runner sends a body where this flow went: the flow's final headers, the
-        body plain (so no content-encoding), re-signed when the client used SigV4."""
+        body plain (so no content-encoding), re-signed when the client used SigV4. Each round
+        is shown in mitmweb as the proxy's own flow (``tooldisco_watch``)."""
         base = [(k, v) for k, v in headers if k.lower() not in ("content-encoding", relay_mod.HEADER)]
 
         async def open_(body: bytes) -> Answer:
-            return await client.open(url, _signed(url, base, body, aws), body)
+            sent, started = _signed(url, base, body, aws), time.time()
+            return self.watch.tee(flow_id, url, sent, body, started, await client.open(url, sent, body))
 
         return open_
 
@@ -346,6 +366,7 @@ class LiveRouter:
             await self.owner.route_live(flow)
         except Exception:  # fail open: the client's own request goes out, untouched
             log.exception("live relay unavailable; forwarding the request unchanged")
+            self.owner.watch.forget(flow)
             flow.metadata.pop(META_LIVE, None)
             flow.metadata.pop(META_RELAY, None)
             flow.request.raw_content, flow.request.headers = held[2]

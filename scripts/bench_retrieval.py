@@ -1,21 +1,32 @@
 #!/usr/bin/env python3
-"""Retrieval quality and latency of every tool-search backend, as a Markdown table.
+"""Retrieval quality and latency of every tool-search backend, as Markdown tables.
 
-Quality is measured on the BFCL tool-retrieval benchmark (../shared/bench/bfcl.json:
-1,437 tools, 2,501 queries, each labelled with the tools its answer calls):
+Labelled sets (recall@1/5/10, nDCG@10, complete@10; every query searched with limit 10):
 
-- recall@k: the share of a query's labelled tools in the top k, averaged over queries;
-- nDCG@10: binary relevance, ideal order = all labelled tools first;
-- complete@10: the share of queries with every labelled tool in the top 10.
+- BFCL (../shared/bench/bfcl.json: 1,437 tools, 2,501 queries labelled with the tools
+  their answers call; built from the PyPI package bfcl-eval by make_bfcl.py);
+- BFCL multi-turn: the agent tasks of bfcl-eval's multi_turn_base category (one query a
+  user turn, labelled with the functions its ground truth calls) over the 12 multi-turn
+  APIs (file system, messaging, trading, travel...); read from the same wheel, which
+  pip downloads once into ``--cache-dir`` (or ``--bfcl-wheel``);
+- multi-intent: 2 or 3 BFCL queries pasted together (at most 1,000 characters, the query
+  cap), labelled with the union of their labels; seeded.
 
-Latency is the wall time of one ``search`` call with the index already built, over the
-real catalog and over a catalog grown to ``--big`` tools with renamed copies of the
-real ones (``srvN__<name>``, as if N more MCP servers offered them). Index build time
-(first call on a new catalog; embeddings included for hybrid, read from the disk cache
-when a previous run left them there) is shown too.
+Named-tool sets (the share of queries whose first result is a tool the query names, with
+every tool it names among the results): each tool's full name, its bare name (without
+``mcp__server__`` / ``mcp_server_`` / namespace), its humanized bare name, and each
+server's name (all of its tools must be among the results) — over the BFCL catalog and
+over a 500-tool MCP catalog in Claude Code's (``mcp__s__t``) and Gemini CLI's
+(``mcp_s_t``) naming. A bare name several tools share names them all.
 
-    /tmp/venv12/bin/python scripts/bench_retrieval.py
-    /tmp/venv12/bin/python scripts/bench_retrieval.py --data other.json --backends bm25,hybrid
+Latency is the wall time of one ``rank`` call with the index built, over the BFCL catalog
+(every query) and over a catalog grown to ``--big`` tools with renamed copies
+(``srvN__<name>``, as if more MCP servers offered them; ``--latency-queries`` sampled
+queries). Build time is the first call on a new catalog (embeddings included for hybrid,
+read from the disk cache when a previous run left them there).
+
+    .venv/bin/python scripts/bench_retrieval.py
+    .venv/bin/python scripts/bench_retrieval.py --backends bm25,hybrid --sets bfcl,multi-intent
 """
 
 from __future__ import annotations
@@ -25,26 +36,52 @@ import json
 import math
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "addon"))  # imported as the addon imports it
+sys.path.insert(0, str(REPO))
 
+from tests.support.mcp_catalog import mcp_catalog  # noqa: E402
 from tooldisco.providers.base import Tool  # noqa: E402
-from tooldisco.search import BACKENDS, QueryError, Searcher, make_searcher  # noqa: E402
+from tooldisco.search import BACKENDS, QueryError, Ranking, Searcher, make_searcher  # noqa: E402
+from tooldisco.search.base import WARM_UP_QUERY  # noqa: E402
 from tooldisco.search.index_cache import clear_all  # noqa: E402
+from tooldisco.search.names import MAX_NAMED, name_forms  # noqa: E402
+from tooldisco.search.tokens import words  # noqa: E402
 
 LIMIT = 10
+MAX_QUERY = 1000
+BFCL_EVAL = "bfcl-eval==2026.3.23"
+MULTI_TURN_DOCS = "bfcl_eval/data/multi_turn_func_doc/"
+MULTI_TURN = "bfcl_eval/data/BFCL_v4_multi_turn_base.json"
+MULTI_TURN_ANSWERS = "bfcl_eval/data/possible_answer/BFCL_v4_multi_turn_base.json"
+
+
+@dataclass
+class Query:
+    text: str
+    labels: frozenset[str]
+
+
+@dataclass
+class LabelledSet:
+    name: str
+    tools: tuple[Tool, ...]
+    queries: list[Query]
+    named: bool = False  # scored as a named-tool set (first result named, all named present)
 
 
 def tool_from_definition(definition: dict[str, Any]) -> Tool:
-    """A ``Tool`` from a BFCL function definition ({name, description, parameters})."""
+    """A ``Tool`` from a function definition ({name, description, parameters})."""
     properties = (definition.get("parameters") or {}).get("properties") or {}
     params = tuple(
         (pname, str(spec.get("description") or "") if isinstance(spec, dict) else "")
@@ -71,113 +108,259 @@ def grow_catalog(tools: Sequence[Tool], size: int) -> tuple[Tool, ...]:
     return tuple(out)
 
 
+# --- the sets --------------------------------------------------------------------------
+
+
+def bfcl(path: Path) -> LabelledSet:
+    data = json.loads(path.read_text())
+    tools = tuple(tool_from_definition(d) for d in data["tools"])
+    return LabelledSet("BFCL", tools, [Query(q["query"], frozenset(q["labels"])) for q in data["queries"]])
+
+
+def bfcl_wheel(cache_dir: Path, given: str | None) -> Path:
+    """The bfcl-eval wheel: ``given``, or downloaded once into ``cache_dir`` with pip."""
+    if given:
+        return Path(given)
+    found = sorted(cache_dir.glob("bfcl_eval-*.whl"))
+    if not found:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache_dir), BFCL_EVAL],
+                       check=True)
+        found = sorted(cache_dir.glob("bfcl_eval-*.whl"))
+    return found[-1]
+
+
+def bfcl_multi_turn(wheel: Path) -> LabelledSet:
+    """Each user turn of multi_turn_base, labelled with the functions its answer calls."""
+    zf = zipfile.ZipFile(wheel)
+    lines = lambda name: [json.loads(line) for line in zf.read(name).decode().splitlines() if line.strip()]
+    by_name: dict[str, Tool] = {}
+    for doc in sorted(n for n in zf.namelist() if n.startswith(MULTI_TURN_DOCS) and n.endswith(".json")):
+        for definition in lines(doc):
+            by_name.setdefault(definition["name"], tool_from_definition(definition))
+    answers = {row["id"]: row["ground_truth"] for row in lines(MULTI_TURN_ANSWERS)}
+    queries = []
+    for row in lines(MULTI_TURN):
+        for turn, calls in zip(row["question"], answers[row["id"]]):
+            text = " ".join(m["content"] for m in turn if m["role"] == "user")
+            labels = frozenset(call.split("(", 1)[0].strip() for call in calls) & by_name.keys()
+            if text and labels:
+                queries.append(Query(text, labels))
+    return LabelledSet("BFCL multi-turn", tuple(by_name.values()), queries)
+
+
+def multi_intent(base: LabelledSet, count: int = 600, seed: int = 0) -> LabelledSet:
+    """2 or 3 queries of ``base`` pasted together, labelled with all their labels."""
+    rng = random.Random(seed)
+    queries = []
+    while len(queries) < count:
+        picks = rng.sample(base.queries, rng.choice((2, 3)))
+        text = " ".join(q.text.strip() for q in picks)
+        if len(text) <= MAX_QUERY:
+            queries.append(Query(text, frozenset().union(*(q.labels for q in picks))))
+    return LabelledSet("multi-intent (2-3 BFCL queries)", base.tools, queries)
+
+
+def named_sets(title: str, tools: tuple[Tool, ...], bare_of: Callable[[str], str | None],
+               server_of: Callable[[str], str | None]) -> list[LabelledSet]:
+    """Full-name, bare-name, humanized-name and server-name queries over ``tools``. A query
+    names every tool that has it as a name form (``names.name_forms``); queries naming more
+    than ``MAX_NAMED`` tools (a phrase, not a name) are left out."""
+    owners: dict[tuple[str, ...], set[str]] = {}
+    for tool in tools:
+        fulls, bares, _ = name_forms(tool.name)
+        for form in (*fulls, *bares):
+            owners.setdefault(form, set()).add(tool.name)
+
+    def query(text: str, exact: str | None = None) -> Query | None:
+        named = owners.get(tuple(words(text)), set())
+        return Query(text, frozenset({exact} if exact else named)) if 0 < len(named) <= MAX_NAMED else None
+
+    bares = {b for t in tools if (b := bare_of(t.name))}
+    servers: dict[str, set[str]] = {}
+    for t in tools:
+        if server := server_of(t.name):
+            servers.setdefault(server, set()).add(t.name)
+    candidates = {
+        "full names": [query(t.name, t.name) for t in tools],
+        "bare names": [query(b) for b in sorted(bares)],
+        "humanized names": [query(" ".join(words(b))) for b in sorted(bares)]
+        + [query(" ".join(words(t.name))) for t in tools if not bare_of(t.name)],
+        "server names": [Query(s, frozenset(o)) for s, o in sorted(servers.items())],
+    }
+    return [LabelledSet(f"{title}: {kind}", tools, [q for q in qs if q], named=True)
+            for kind, qs in candidates.items() if any(qs)]
+
+
+def mcp_tools(style: str) -> tuple[tuple[Tool, ...], dict[str, tuple[str, str]]]:
+    """The 500-tool MCP catalog (tests/support/mcp_catalog.py) in Claude Code's
+    ``mcp__server__tool`` or Gemini CLI's ``mcp_server_tool`` naming, and each name's
+    (server, bare name)."""
+    tools, parts = [], {}
+    for t in mcp_catalog():
+        bare = t.name.removeprefix(f"mcp__{t.server}__")
+        name = t.name if style == "claude" else f"mcp_{t.server}_{bare}"
+        parts[name] = (t.server, bare)
+        tools.append(tool_from_definition({"name": name, "description": t.description, "parameters": t.schema}))
+    return tuple(tools), parts
+
+
+def _namespace_bare(name: str) -> str | None:
+    """``T`` of ``S__T``, ``S/T``, ``S.T``, ``S:T`` (BFCL's namespaces, the grown catalog's copies)."""
+    for sep in ("__", "/", ".", ":"):
+        if sep in name:
+            return name.split(sep)[-1]
+    return None
+
+
+# --- measuring -------------------------------------------------------------------------
+
+
 @dataclass
-class Quality:
-    recall: dict[int, float]
-    ndcg10: float
-    complete10: float
-    errors: int
-    answered_by: Counter[str]
+class Result:
+    recall: dict[int, float] = field(default_factory=dict)
+    ndcg10: float = 0.0
+    complete10: float = 0.0
+    named_first: float = 0.0
+    timings: list[float] = field(default_factory=list)
+    answered_by: Counter[str] = field(default_factory=Counter)
+    refused: int = 0
 
 
-def quality(searcher: Searcher, tools: Sequence[Tool], queries: list[dict[str, Any]]) -> tuple[Quality, list[float]]:
-    recall = {1: 0.0, 5: 0.0, 10: 0.0}
-    ndcg = complete = 0.0
-    errors = 0
-    answered_by: Counter[str] = Counter()
-    timings = []
-    for q in queries:
-        labels = set(q["labels"])
-        start = time.perf_counter()
-        try:
-            ranking = searcher.rank(q["query"], tools, LIMIT)
-            names = ranking.names
-            answered_by[ranking.backend] += 1
-        except QueryError:
-            names = []
-            errors += 1
-        timings.append(time.perf_counter() - start)
-        for k in recall:
-            recall[k] += len(labels & set(names[:k])) / len(labels)
-        dcg = sum(1 / math.log2(i + 2) for i, name in enumerate(names[:LIMIT]) if name in labels)
-        ideal = sum(1 / math.log2(i + 2) for i in range(min(len(labels), LIMIT)))
-        ndcg += dcg / ideal
-        complete += labels <= set(names[:LIMIT])
-    n = len(queries)
-    result = Quality({k: v / n for k, v in recall.items()}, ndcg / n, complete / n, errors, answered_by)
-    return result, timings
+def timed_rank(searcher: Searcher, query: str, tools: Sequence[Tool]) -> tuple[Ranking | None, float, float]:
+    """The ranking, the wall time and the CPU time of this process (every thread: the
+    model's too) of one call. On a shared machine the wall time measures the neighbours
+    as well; the CPU time does not."""
+    start, cpu = time.perf_counter(), time.process_time()
+    try:
+        ranking: Ranking | None = searcher.rank(query, tools, LIMIT)
+    except QueryError:
+        ranking = None
+    return ranking, time.perf_counter() - start, time.process_time() - cpu
 
 
-def latency(searcher: Searcher, tools: Sequence[Tool], queries: list[str]) -> list[float]:
-    timings = []
-    for query in queries:
-        start = time.perf_counter()
-        try:
-            searcher.search(query, tools, LIMIT)
-        except QueryError:
-            pass
-        timings.append(time.perf_counter() - start)
-    return timings
+def measure(searcher: Searcher, labelled: LabelledSet) -> Result:
+    result = Result(recall={1: 0.0, 5: 0.0, 10: 0.0})
+    for q in labelled.queries:
+        ranking, seconds, _ = timed_rank(searcher, q.text, labelled.tools)
+        result.timings.append(seconds)
+        if ranking is None:
+            result.refused += 1
+            continue
+        result.answered_by[ranking.backend] += 1
+        names = ranking.names
+        if labelled.named:
+            result.named_first += bool(names) and names[0] in q.labels and q.labels <= set(names)
+            continue
+        for k in result.recall:
+            result.recall[k] += len(q.labels & set(names[:k])) / len(q.labels)
+        dcg = sum(1 / math.log2(i + 2) for i, name in enumerate(names[:LIMIT]) if name in q.labels)
+        ideal = sum(1 / math.log2(i + 2) for i in range(min(len(q.labels), LIMIT)))
+        result.ndcg10 += dcg / ideal
+        result.complete10 += q.labels <= set(names[:LIMIT])
+    n = len(labelled.queries)
+    result.recall = {k: v / n for k, v in result.recall.items()}
+    result.ndcg10 /= n
+    result.complete10 /= n
+    result.named_first /= n
+    return result
+
+
+def latency(searcher: Searcher, tools: Sequence[Tool], queries: list[str]) -> tuple[list[float], list[float]]:
+    """(wall times, CPU times) of ``queries``."""
+    times = [timed_rank(searcher, query, tools)[1:] for query in queries]
+    return [wall for wall, _ in times], [cpu for _, cpu in times]
 
 
 def build_time(searcher: Searcher, tools: Sequence[Tool]) -> float:
-    start = time.perf_counter()
-    searcher.search("warm up", tools, LIMIT)
-    return time.perf_counter() - start
+    """The first call on a new catalog, which builds every index the backend may use."""
+    return timed_rank(searcher, WARM_UP_QUERY, tools)[1]
 
 
-def percentile(values: list[float], p: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1] if len(values) > 1 else values[0]
+def ms(values: list[float], p: int) -> str:
+    value = statistics.quantiles(values, n=100, method="inclusive")[p - 1] if len(values) > 1 else values[0]
+    return f"{value * 1e3:.2f}"
+
+
+# --- report ----------------------------------------------------------------------------
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=str(REPO / ".." / "shared" / "bench" / "bfcl.json"),
-                        help="benchmark JSON {tools, queries} (default: ../shared/bench/bfcl.json)")
+                        help="BFCL benchmark JSON {tools, queries} (default: ../shared/bench/bfcl.json)")
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated backends")
+    parser.add_argument("--sets", default="bfcl,multi-turn,multi-intent,named",
+                        help="comma-separated: bfcl, multi-turn, multi-intent, named")
     parser.add_argument("--big", type=int, default=10_000, help="size of the grown catalog")
     parser.add_argument("--latency-queries", type=int, default=500,
                         help="queries (a seeded sample) timed on the grown catalog")
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "tooldisco-bench-cache"),
-                        help="embedding disk cache for hybrid")
+                        help="embedding disk cache for hybrid, and where the bfcl-eval wheel is kept")
+    parser.add_argument("--bfcl-wheel", help="a bfcl-eval wheel on disk (else downloaded with pip)")
     args = parser.parse_args()
+    wanted = set(args.sets.split(","))
 
-    data = json.loads(Path(args.data).read_text())
-    tools = tuple(tool_from_definition(d) for d in data["tools"])
-    queries = data["queries"]
-    big = grow_catalog(tools, args.big)
-    sample = [q["query"] for q in random.Random(0).sample(queries, min(args.latency_queries, len(queries)))]
+    base = bfcl(Path(args.data))
+    sets: list[LabelledSet] = [base] if "bfcl" in wanted else []
+    if "multi-turn" in wanted:
+        sets.append(bfcl_multi_turn(bfcl_wheel(Path(args.cache_dir), args.bfcl_wheel)))
+    if "multi-intent" in wanted:
+        sets.append(multi_intent(base))
+    if "named" in wanted:
+        sets += named_sets("BFCL", base.tools, _namespace_bare, lambda name: None)
+        for style, title in (("claude", "MCP 500, mcp__s__t"), ("gemini", "MCP 500, mcp_s_t")):
+            tools, parts = mcp_tools(style)
+            sets += named_sets(title, tools, lambda n, p=parts: p[n][1], lambda n, p=parts: p[n][0])
+    big = grow_catalog(base.tools, args.big)
+    sample = [q.text for q in random.Random(0).sample(base.queries, min(args.latency_queries, len(base.queries)))]
 
-    rows = []
-    notes = []
-    for backend in args.backends.split(","):
+    backends = args.backends.split(",")
+    results: dict[tuple[str, str], Result] = {}
+    speed: dict[str, tuple[float, float, tuple[list[float], list[float]]]] = {}
+    for backend in backends:
         clear_all()  # each backend builds its own indexes (and those it falls back to)
         searcher = make_searcher(backend, cache_dir=args.cache_dir)
-        build_small = build_time(searcher, tools)
-        result, small_times = quality(searcher, tools, queries)
+        build_small = build_time(searcher, base.tools)
+        for labelled in sets:
+            build_time(searcher, labelled.tools)
+            results[labelled.name, backend] = measure(searcher, labelled)
         build_big = build_time(searcher, big)
-        big_times = latency(searcher, big, sample)
-        rows.append(
-            f"| {backend} | {result.recall[1]:.3f} | {result.recall[5]:.3f} | {result.recall[10]:.3f} "
-            f"| {result.ndcg10:.3f} | {result.complete10:.3f} "
-            f"| {percentile(small_times, 50) * 1e3:.2f} | {percentile(small_times, 95) * 1e3:.2f} "
-            f"| {percentile(big_times, 50) * 1e3:.2f} | {percentile(big_times, 95) * 1e3:.2f} "
-            f"| {build_small:.2f} | {build_big:.2f} |"
-        )
-        answered = ", ".join(f"{name} {count}" for name, count in result.answered_by.most_common())
-        notes.append(f"- {backend}: answered by {answered}"
-                     + (f"; {result.errors} queries refused as too long" if result.errors else ""))
+        speed[backend] = (build_small, build_big, latency(searcher, big, sample))
         print(f"... {backend} done", file=sys.stderr)
 
-    print(f"BFCL: {len(tools)} tools, {len(queries)} queries; latency at {len(tools)} tools over all "
-          f"queries, at {len(big)} tools over {len(sample)} sampled queries; limit {LIMIT}.\n")
-    print(f"| backend | recall@1 | recall@5 | recall@10 | nDCG@10 | complete@10 "
-          f"| p50 ms {len(tools)} | p95 ms {len(tools)} | p50 ms {len(big)} | p95 ms {len(big)} "
-          f"| build s {len(tools)} | build s {len(big)} |")
-    print("|---" * 12 + "|")
-    print("\n".join(rows))
-    print()
-    print("\n".join(notes))
+    print(f"Limit {LIMIT}; latency at {len(base.tools)} tools over every BFCL query, at {len(big)} tools "
+          f"over {len(sample)} sampled queries.\n")
+    for labelled in (s for s in sets if not s.named):
+        print(f"#### {labelled.name}: {len(labelled.tools)} tools, {len(labelled.queries)} queries\n")
+        print("| backend | recall@1 | recall@5 | recall@10 | nDCG@10 | complete@10 | answered by |")
+        print("|---|---|---|---|---|---|---|")
+        for backend in backends:
+            r = results[labelled.name, backend]
+            answered = ", ".join(f"{name} {count}" for name, count in r.answered_by.most_common())
+            answered += f", refused {r.refused}" if r.refused else ""
+            print(f"| {backend} | {r.recall[1]:.3f} | {r.recall[5]:.3f} | {r.recall[10]:.3f} | {r.ndcg10:.3f} "
+                  f"| {r.complete10:.3f} | {answered} |")
+        print()
+    named = [s for s in sets if s.named]
+    if named:
+        print("#### Named tools: share of queries with a named tool first and every named tool in the results\n")
+        print("| set | queries | " + " | ".join(backends) + " |")
+        print("|---|---" + "|---" * len(backends) + "|")
+        for labelled in named:
+            cells = " | ".join(f"{results[labelled.name, b].named_first:.3f}" for b in backends)
+            print(f"| {labelled.name} | {len(labelled.queries)} | {cells} |")
+        print()
+    print("#### Latency (ms, index built; CPU: this process's CPU time) and index build time (s)\n")
+    print(f"| backend | p50 {len(base.tools)} | p95 {len(base.tools)} | p50 {len(big)} | p95 {len(big)} "
+          f"| CPU p50 {len(big)} | CPU p95 {len(big)} | build {len(base.tools)} | build {len(big)} |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for backend in backends:
+        small = results[base.name, backend].timings if (base.name, backend) in results else None
+        at_small = f"{ms(small, 50)} | {ms(small, 95)}" if small else "— | —"  # BFCL not measured
+        build_small, build_big, (big_wall, big_cpu) = speed[backend]
+        print(f"| {backend} | {at_small} | {ms(big_wall, 50)} | {ms(big_wall, 95)} | {ms(big_cpu, 50)} "
+              f"| {ms(big_cpu, 95)} | {build_small:.2f} | {build_big:.2f} |")
 
 
 if __name__ == "__main__":

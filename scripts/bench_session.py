@@ -11,7 +11,11 @@ and every path:
 
 - **direct**: the SDK talks to the fake provider, no proxy;
 - **mitmdump**: a plain mitmdump in between (HTTPS interception, map-remote to the fake);
-- **tool-search**: mitmdump + the addon on the shipped ``configs/tool_discovery.yaml``;
+- **tool-search**: mitmdump + the addon on the shipped ``configs/tool_discovery.yaml``: native
+  deferral where the model has it (``defer_loading`` tools, searches answered with
+  ``tool_reference`` blocks / a ``tool_search_output``; ``tools[]`` never changes), classic elsewhere;
+- **tool-search-classic**: the same config with native deferral off (``tool_discovery.native``
+  empty for every API): found tools are appended to ``tools[]``;
 - **relevance**: mitmdump + the addon on ``configs/relevance.yaml``
   (both with only ``sessions.dir`` and ``telemetry.path`` moved into a temp dir).
 
@@ -19,8 +23,10 @@ The client is the official SDK, streaming, and behaves like an agent: it keeps t
 it was shown (the proxy hides its search rounds, so that history has no search exchange)
 and sends all of it back with every request, with the whole catalog in ``tools[]``. The
 fake's model (``SessionModel``) calls the turn's tool when it is offered, else calls
-``gateway_search_tools`` once when that is offered, else says it has no such tool (the
-turn then counts as missed); after the tool's result it answers.
+``gateway_search_tools`` (native Responses: ``tool_search``) once when that is offered, else says
+it has no such tool (the turn then counts as missed); after the tool's result it answers. The
+models are ones with native tool search (``claude-sonnet-4-6``, ``gpt-5.4``), so the native and
+the classic rows of one API compare the same session.
 
 The fake provider runs in-process with its prefix-cache model on (``tests/fakeprovider/
 cache.py``: each request reads the longest run of leading segments — tools, system, each
@@ -79,10 +85,17 @@ from tests.support.mcp_catalog import (  # noqa: E402
     responses_tools,
 )
 
-CONFIGS = {"tool-search": ROOT / "configs" / "tool_discovery.yaml", "relevance": ROOT / "configs" / "relevance.yaml"}
-PATHS = ("direct", "mitmdump", "tool-search", "relevance")
+SHIPPED = ROOT / "configs" / "tool_discovery.yaml"
+NATIVE_OFF = {"native": {"anthropic": [], "responses": [], "bedrock": []}}
+# path -> (config, overrides of its pipes.tool_discovery)
+CONFIGS: dict[str, tuple[Path, dict[str, Any]]] = {
+    "tool-search": (SHIPPED, {}), "tool-search-classic": (SHIPPED, NATIVE_OFF),
+    "relevance": (ROOT / "configs" / "relevance.yaml", {}),
+}
+PATHS = ("direct", "mitmdump", "tool-search", "tool-search-classic", "relevance")
 APIS = ("anthropic", "chat", "responses", "gemini")
-MODELS = {"anthropic": "claude-sonnet-4-6", "chat": "gpt-5", "responses": "gpt-5", "gemini": "gemini-2.5-pro"}
+MODELS = {"anthropic": "claude-sonnet-4-6", "chat": "gpt-5", "responses": "gpt-5.4", "gemini": "gemini-2.5-pro"}
+SEARCHES = (SEARCH_TOOL, "tool_search")  # the proxy's search tool, and its native Responses search
 MAX_STEPS = 6  # requests per user turn before the client gives up (the script needs at most 2)
 PROXY_COMPLAINT = re.compile(r"error|warn|traceback|exception", re.IGNORECASE)
 ROW_BYTES = 180  # about one result row of tool_output
@@ -257,9 +270,10 @@ class SessionModel(Script):
             return Rule(text=turn.answer)
         if conv.offered(turn.tool):
             return Rule(calls=[Call(turn.tool, turn.args)])
-        searched = any(c.name == SEARCH_TOOL and c.arguments == {"query": turn.query} for c in conv.calls)
-        if conv.offered(SEARCH_TOOL) and not searched:
-            return Rule(calls=[Call(SEARCH_TOOL, {"query": turn.query})])
+        search = next((name for name in SEARCHES if conv.offered(name)), None)
+        searched = any(c.name == search and c.arguments == {"query": turn.query} for c in conv.calls)
+        if search and not searched:
+            return Rule(calls=[Call(search, {"query": turn.query})])
         return Rule(text=MISSED)
 
 
@@ -511,7 +525,7 @@ class Run:
             self.requests += 1
             self.tokens += rec.prompt["tokens"]
             self.cached += rec.prompt["cached"]
-            self.searches += any(c["name"] == SEARCH_TOOL for c in (rec.reply or {}).get("calls", []))
+            self.searches += any(c["name"] in SEARCHES for c in (rec.reply or {}).get("calls", []))
             if previous is not None:  # the first request finds the cache cold: no break to blame
                 self.changes += shown != previous
                 if (rec.prompt["first_miss"] or "").startswith("tool"):
@@ -551,10 +565,12 @@ def measure(api: str, path: str, route: Route, fake: FakeProvider, tools: list[T
     return run
 
 
-def addon_config(source: Path) -> Callable[[Path], str]:
-    """A shipped config with only the session store and the telemetry file moved into the work dir."""
+def addon_config(source: Path, overrides: dict[str, Any]) -> Callable[[Path], str]:
+    """A shipped config with the session store and the telemetry file moved into the work dir,
+    and ``overrides`` set in its ``pipes.tool_discovery``."""
     def text(workdir: Path) -> str:
         cfg = yaml.safe_load(source.read_text())
+        cfg["pipes"]["tool_discovery"].update(overrides)
         cfg.setdefault("sessions", {})["dir"] = str(workdir / "sessions")
         cfg.setdefault("telemetry", {})["path"] = str(workdir / "telemetry.jsonl")
         return yaml.safe_dump(cfg, sort_keys=False)
@@ -606,7 +622,11 @@ def main() -> None:
     ap.add_argument("--apis", default=",".join(APIS), help=f"comma-separated, of {', '.join(APIS)}")
     ap.add_argument("--servers", type=int, default=20, help="MCP servers in the catalog (25 tools each, at most 20)")
     ap.add_argument("--result-kb", type=float, default=3.0, help="size of each tool result the agent sends back")
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {', '.join(PATHS)} (direct always runs)")
     args = ap.parse_args()
+    paths = ["direct", *(p for p in args.paths.split(",") if p and p != "direct")]
+    if set(paths) - set(PATHS):
+        ap.error(f"unknown paths: {', '.join(sorted(set(paths) - set(PATHS)))}")
     result_bytes = int(args.result_kb * 1024)
     apis = [a for a in args.apis.split(",") if a]
     unknown = set(apis) - set(APIS)
@@ -620,16 +640,16 @@ def main() -> None:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench_session_") as tmp_name, FakeProvider(stream_delay=0) as fake:
         tmp = Path(tmp_name)
-        proxies = {"mitmdump": MitmDump(tmp / "plain", fake.url, name="plain")}
-        proxies |= {p: MitmDump(tmp / p, fake.url, script=ADDON_PATH, config=addon_config(c), name=p)
-                    for p, c in CONFIGS.items()}
+        proxies = {"mitmdump": MitmDump(tmp / "plain", fake.url, name="plain")} if "mitmdump" in paths else {}
+        proxies |= {p: MitmDump(tmp / p, fake.url, script=ADDON_PATH, config=addon_config(*c), name=p)
+                    for p, c in CONFIGS.items() if p in paths}
         try:
             for proxy in proxies.values():
                 proxy.start()
             runs: list[Run] = []
             failures: list[str] = []
             for api in apis:
-                for path in PATHS:
+                for path in paths:
                     started = time.monotonic()
                     route = Route(fake.url, proxies.get(path))
                     runs.append(measure(api, path, route, fake, tools, result_bytes, failures))

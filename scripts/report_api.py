@@ -99,32 +99,39 @@ def load(lines: Iterable[str], since: float | None = None) -> Loaded:
     return out
 
 
-def summarize(records: Iterable[dict[str, Any]]) -> Summary:
-    s = Summary()
+def summarize(records: Iterable[dict[str, Any]], s: Summary | None = None) -> Summary:
+    """The metrics over ``records``; into ``s`` when given (scripts/report.py streams records in
+    one by one, with bounded samples in place of the lists)."""
+    s = s if s is not None else Summary()
     for record in records:
-        if record.get("strategy") != API:
-            continue
-        s.records += 1
-        if record.get("fallback_reason"):
-            s.record_fallbacks[str(record["fallback_reason"])] += 1
-        if record.get("rollout"):
-            s.rollouts[str(record["rollout"])] += 1
-        _add_shadow(s, record.get("shadow"))
-        searches = record.get("searches")
-        searches = searches if isinstance(searches, list) else []
-        api_searches = 0
-        for search in searches:
-            if not isinstance(search, dict):
-                s.malformed_searches += 1
-            elif search.get("backend") != API:
-                s.other_searches[str(search.get("backend"))] += 1
-            else:
-                api_searches += 1
-                _add_search(s, search)
-        loop_ms = _number(record.get("loop_added_ms"))
-        if loop_ms is not None and (api_searches or (_number(record.get("loops")) or 0) > 0):
-            s.loop_added_ms.append(loop_ms)
+        add(s, record)
     return s
+
+
+def add(s: Summary, record: dict[str, Any]) -> None:
+    """One record into the summary (records of other strategies are ignored)."""
+    if record.get("strategy") != API:
+        return
+    s.records += 1
+    if record.get("fallback_reason"):
+        s.record_fallbacks[str(record["fallback_reason"])] += 1
+    if record.get("rollout"):
+        s.rollouts[str(record["rollout"])] += 1
+    _add_shadow(s, record.get("shadow"))
+    searches = record.get("searches")
+    searches = searches if isinstance(searches, list) else []
+    api_searches = 0
+    for search in searches:
+        if not isinstance(search, dict):
+            s.malformed_searches += 1
+        elif search.get("backend") != API:
+            s.other_searches[str(search.get("backend"))] += 1
+        else:
+            api_searches += 1
+            _add_search(s, search)
+    loop_ms = _number(record.get("loop_added_ms"))
+    if loop_ms is not None and (api_searches or (_number(record.get("loops")) or 0) > 0):
+        s.loop_added_ms.append(loop_ms)
 
 
 def _add_search(s: Summary, search: dict[str, Any]) -> None:

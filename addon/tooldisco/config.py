@@ -9,11 +9,13 @@ not surface as a strange rewrite in the middle of a user's session. The
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -25,6 +27,7 @@ STRATEGIES = ("passthrough", "relevance", "tool-search", "api")
 SCORERS = ("overlap", "bm25", "hybrid")
 ROLLOUTS = ("dark", "shadow", "partial", "full")
 WEBSOCKET_MODES = ("refuse", "passthrough")
+SESSION_BACKENDS = ("disk", "redis")
 DEFAULT_HOSTS = (
     "api.anthropic.com",
     "api.openai.com",
@@ -64,9 +67,32 @@ class DeferConfig:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    backend: str = "regex"
+    backend: str = "bm25"  # the best measured backend of the default install (README: Benchmarks)
     cache_dir: str | None = None
     timeout: float = 2.0  # wall-clock budget of one search; past it the model reads an error
+
+
+# Models whose API takes cache-preserving deferral (``defer_loading`` tools answered with
+# ``tool_reference`` blocks on Anthropic; a client-executed ``tool_search`` on Responses), per
+# the providers' tool-search docs: Claude Sonnet/Opus 4.5 and later and Haiku 4.5 and later
+# (Claude 5 families included), OpenAI gpt-5.4 and later. Bedrock ids carry a region prefix.
+_CLAUDE_NATIVE = tuple(f"claude-{family}-{version}*" for family in ("opus", "sonnet", "haiku")
+                      for version in ("4-[5-9]", "[5-9]")) + ("claude-mythos*", "claude-fable*")
+
+
+@dataclass(frozen=True)
+class NativeConfig:
+    """Which models get native deferral, per API (glob patterns over the request's model;
+    an empty list turns it off for that API). Everything else gets classic deferral."""
+
+    anthropic: tuple[str, ...] = _CLAUDE_NATIVE
+    responses: tuple[str, ...] = ("gpt-5.[4-9]*", "gpt-5.[1-9][0-9]*", "gpt-[6-9]*")
+    bedrock: tuple[str, ...] = tuple(f"*anthropic.{p}" for p in _CLAUDE_NATIVE)
+
+    def applies(self, kind: str, model: str) -> bool:
+        """Whether ``model`` takes native deferral on the API ``kind`` (anthropic, responses, bedrock)."""
+        patterns: tuple[str, ...] = getattr(self, kind, ())
+        return bool(model) and any(fnmatch.fnmatchcase(model, p) for p in patterns)
 
 
 @dataclass(frozen=True)
@@ -86,6 +112,7 @@ class ToolDiscovery:
     scorer: str = "overlap"
     search: SearchConfig = SearchConfig()
     defer: DeferConfig = DeferConfig()
+    native: NativeConfig = NativeConfig()
 
     def keeps(self, name: str) -> bool:
         """Whether ``always_keep`` names this tool (exact names or glob patterns)."""
@@ -93,8 +120,28 @@ class ToolDiscovery:
 
 
 @dataclass(frozen=True)
+class RedisSettings:
+    """Where several proxies share their sessions (``sessions.backend: redis``)."""
+
+    url: str = field(default="redis://127.0.0.1:6379/0", repr=False)  # may hold a password: never printed
+    prefix: str = "tooldisco:"  # every key starts with it: one Redis can serve other things too
+    timeout: float = 0.5  # to connect and for each command: past it the request goes on without state
+    retry_after: float = 5.0  # once Redis failed, requests skip it this long before one tries again
+    ca_file: str | None = None  # rediss://: the CA bundle that verifies the server (default: the system's)
+    cert_file: str | None = None  # rediss://: a client certificate, for servers that ask for one
+    key_file: str | None = None  # its private key, when not in cert_file
+
+    def where(self) -> str:
+        """The URL without its credentials: what logs may show."""
+        u = urlsplit(self.url)
+        return f"{u.scheme}://{u.hostname or ''}{f':{u.port}' if u.port else ''}{u.path}"
+
+
+@dataclass(frozen=True)
 class Sessions:
     dir: str | None = None  # default: the user's cache dir
+    backend: str = "disk"  # disk: diskcache under ``dir``; redis: shared by every proxy on ``redis.url``
+    redis: RedisSettings = RedisSettings()
     ttl: float = 3600.0
     cleanup_interval: float = 300.0
     session_headers: tuple[str, ...] = (
@@ -305,6 +352,7 @@ def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
         warn(f"{s.path('enable_search_fallback')}: forced to {str(forced).lower()} for strategy {strategy}")
     search = s.section("search")
     defer = s.section("defer")
+    native = s.section("native")
     td = ToolDiscovery(
         enabled=s.boolean("enabled", d.enabled),
         strategy=strategy,
@@ -329,11 +377,57 @@ def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
             min_tools=defer.integer("min_tools", DeferConfig.min_tools, lo=0),
             min_tokens=defer.integer("min_tokens", DeferConfig.min_tokens, lo=0),
         ),
+        native=NativeConfig(
+            anthropic=_patterns(native, "anthropic", NativeConfig.anthropic),
+            responses=_patterns(native, "responses", NativeConfig.responses),
+            bedrock=_patterns(native, "bedrock", NativeConfig.bedrock),
+        ),
     )
     search.done()
     defer.done()
+    native.done()
     s.done()
     return td
+
+
+def _patterns(s: _Section, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A list of glob patterns where ``[]`` is a value (off), not "use the default"."""
+    if isinstance(s.data.get(name), list) and not s.data[name]:
+        s.used.add(name)
+        return ()
+    return s.strings(name, default)
+
+
+def _session_backend(s: _Section) -> str:
+    backend = s.string("backend", Sessions.backend, SESSION_BACKENDS)
+    if backend == "redis" and importlib.util.find_spec("redis") is None:
+        raise ConfigError(f"{s.path('backend')}: redis needs the redis package: pip install 'tooldisco[redis]'")
+    return backend
+
+
+def _redis(s: _Section) -> RedisSettings:
+    d = RedisSettings()
+    url = s.string("url", d.url)
+    parts = urlsplit(url)
+    try:
+        parts.port  # a bad port raises here, not at the first request
+    except ValueError as e:
+        raise ConfigError(f"{s.path('url')}: {e}") from None
+    scheme = parts.scheme
+    if scheme not in ("redis", "rediss", "unix"):  # never echo the URL: it may hold a password
+        raise ConfigError(f"{s.path('url')}: must start with redis://, rediss:// or unix://")
+    tls = {name: s.string(name, None) for name in ("ca_file", "cert_file", "key_file")}
+    for name, path in tls.items():
+        if path and scheme != "rediss":
+            raise ConfigError(f"{s.path(name)}: TLS options need a rediss:// url")
+        if path and not Path(path).expanduser().is_file():
+            raise ConfigError(f"{s.path(name)}: no such file: {path}")
+    if tls["key_file"] and not tls["cert_file"]:
+        raise ConfigError(f"{s.path('key_file')}: needs cert_file")
+    redis = RedisSettings(url=url, prefix=s.string("prefix", d.prefix), timeout=s.duration("timeout", d.timeout),
+                          retry_after=s.duration("retry_after", d.retry_after), **tls)
+    s.done()
+    return redis
 
 
 def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
@@ -348,6 +442,8 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
     ss = top.section("sessions")
     sessions = Sessions(
         dir=ss.string("dir", None),
+        backend=_session_backend(ss),
+        redis=_redis(ss.section("redis")),
         ttl=ss.duration("ttl", Sessions.ttl),
         cleanup_interval=ss.duration("cleanup_interval", Sessions.cleanup_interval),
         session_headers=tuple(h.lower() for h in ss.strings("session_headers", Sessions().session_headers)),

@@ -9,11 +9,11 @@ Every public entry point fails open (see ``Planner.prepare`` and ``LoopRunner``)
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from loguru import logger
 
-from .config import Config
+from .config import Config, Sessions
 from .planner import FlowContext, Planner, Prepared
 from .providers.base import Adapter, RequestView
 from .providers.detect import detect
@@ -25,14 +25,24 @@ from .sessions import SessionStore
 from .strategies import deferral, relevance
 from .telemetry import Record, TelemetrySink
 
+if TYPE_CHECKING:
+    from .redis_sessions import RedisSessionStore
+
+
+def _session_store(cfg: Sessions) -> SessionStore | RedisSessionStore:
+    """The configured backend; redis (an optional extra) is imported only when asked for."""
+    if cfg.backend == "redis":
+        from .redis_sessions import RedisSessionStore
+
+        return RedisSessionStore(cfg.redis, cfg.ttl)
+    return SessionStore(cfg.directory(), cfg.ttl, cfg.cleanup_interval)
+
 
 class Engine:
-    def __init__(self, config: Config, store: SessionStore | None = None):
+    def __init__(self, config: Config, store: SessionStore | RedisSessionStore | None = None):
         self.config = config
         td = config.tool_discovery
-        self.store = store or SessionStore(
-            config.sessions.directory(), config.sessions.ttl, config.sessions.cleanup_interval
-        )
+        self.store = store if store is not None else _session_store(config.sessions)
         self.telemetry = TelemetrySink(config.telemetry.path if config.telemetry.enabled else None)
         self.searcher = make_searcher(td.search.backend, cache_dir=td.search.cache_dir)
         scorer = None if td.scorer == "overlap" else make_searcher(td.scorer, cache_dir=td.search.cache_dir)

@@ -11,12 +11,14 @@ Rules it obeys:
 - a mixed response (phantom + real calls) is never re-forwarded: the provider would
   reject the real calls without results. The real calls go to the client with the
   phantom part removed; the searches still run, so the found tools come next turn;
-- at most ``max_loops`` re-forwards, then the last answer goes out stripped.
+- at most ``max_loops`` re-forwards, then the last answer goes out stripped;
+- ``native``: found tools are loaded by the results themselves (``ToolResult.loads``), the
+  tool list is never touched; classic: they are appended to the tool list.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from .providers.base import Adapter, Tool, ToolCall, ToolResult
@@ -53,6 +55,7 @@ class PhantomLoop:
     phantom: str
     forwarded: Sequence[str]  # tool names already in the forwarded list
     max_loops: int = 5
+    native: bool = False  # results load found tools where they stand; tools[] stays as it is
     rounds: int = 0  # re-forwards made
     visible: list[dict[str, Any]] = field(default_factory=list)
     expanded: list[str] = field(default_factory=list)  # tools loaded, discovery order
@@ -80,16 +83,20 @@ class PhantomLoop:
         """The answers to the last ``Search``, in the order of its calls."""
         message, self._pending = self._pending, None
         assert message is not None, "found() without a pending Search"
-        added = self._load(found)
+        loaded = [self._load(f.tools) for f in found]
+        if self.native:
+            results = [replace(f.result, loads=tuple(new)) for f, new in zip(found, loaded)]
+            appended: list[str] = []
+        else:
+            results = [f.result for f in found]
+            appended = [t.raw for new in loaded for t in new]
         if len(found) < len(self.adapter.calls(message)):
-            self.unanswered = [f.result for f in found]
+            self.unanswered = results
             return self._finish("mixed")
         if self.rounds >= self.max_loops:
             return self._finish("max_loops")
         self.rounds += 1
-        self._body = self.adapter.continue_after(
-            self._body, message, [f.result for f in found], [t.raw for t in added]
-        )
+        self._body = self.adapter.continue_after(self._body, message, results, appended)
         return Send(self._body, self.visible[-1])
 
     def fail(self) -> Finish:
@@ -99,15 +106,14 @@ class PhantomLoop:
     def _phantom_calls(self, message: dict[str, Any]) -> list[ToolCall]:
         return [c for c in self.adapter.calls(message) if c.name == self.phantom]
 
-    def _load(self, found: Sequence[Found]) -> list[Tool]:
+    def _load(self, tools: Sequence[Tool]) -> list[Tool]:
         """New tools in discovery order, each once, never one already forwarded."""
         added = []
-        for f in found:
-            for t in f.tools:
-                if t.name not in self._loaded:
-                    self._loaded.add(t.name)
-                    added.append(t)
-                    self.expanded.append(t.name)
+        for t in tools:
+            if t.name not in self._loaded:
+                self._loaded.add(t.name)
+                added.append(t)
+                self.expanded.append(t.name)
         return added
 
     def _finish(self, reason: str) -> Finish:

@@ -10,16 +10,17 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Mapping, Sequence, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Awaitable, Callable, Mapping, Sequence, TypeVar, cast
 
 from loguru import logger
 
 from .config import Config
-from .providers.base import Adapter, RequestView, Tool, Unsupported
+from . import rounds
+from .providers.base import Adapter, NativeAdapter, RequestView, Tool, Unsupported
 from .search.base import catalog_key
 from .sessions import SessionState, SessionStore, session_key
-from .strategies import deferral, relevance
+from .strategies import deferral, native, relevance
 from .telemetry import Record, TelemetrySink, estimate_tokens
 from .tenants import tenant_of
 
@@ -43,6 +44,9 @@ class FlowContext:
     record: Record
     stream: bool = False  # the client asked for a stream (Gemini's JSON-array stream included)
     rewritten: bool = True  # the forwarded body differs from the client's
+    native: bool = False  # native deferral: found tools load inline, tools[] never changes
+    classic: FlowContext | None = None  # native: the same request deferred the classic way, if refused
+    model: str = ""  # the request's model (native: remembered when its API refuses native fields)
 
     @property
     def client_body(self) -> str:
@@ -54,6 +58,7 @@ class Prepared:
     body: bytes | None = None  # the new body, or None to forward unchanged
     context: FlowContext | None = None  # set when the answer must go through the runner
     background: Callable[[], Awaitable[None]] | None = None  # run without delaying the request
+    record: Record | None = None  # this request's telemetry (completed later when ``context`` is set)
 
 
 @dataclass
@@ -94,6 +99,10 @@ class Planner:
             session = self._session(view, headers, query)
             record.session = session.key[:12]
             forwarded = text
+            if session.persist and td.strategy in ("tool-search", "api"):  # the strategies that stitch
+                # The upstream goes on from what it really produced, not from the message stitched for the client.
+                forwarded, record.restored = rounds.restore(
+                    adapter, text, lambda digest: self.store.rounds(session.tenant, session.key, digest))
             if session.head:  # the client chains from the id it was shown; the server from the last round
                 forwarded = adapter.continue_from(forwarded, session.head)
             if session.pending:  # results a stored chain still awaits from a mixed turn the client saw
@@ -110,17 +119,18 @@ class Planner:
             else:
                 record.fallback_reason = "passthrough"
                 prepared = Prepared()
-            if (session.pending or session.head) and prepared.body is None:
+            if (session.pending or session.head or record.restored) and prepared.body is None:
                 prepared.body = forwarded.encode("utf-8")
+            prepared.record = record
             return prepared
         except Unsupported as e:
             record.fallback_reason = f"unsupported: {e}"
             logger.warning("tool discovery skipped ({}): {}", adapter.api, e)
-            return Prepared()
+            return Prepared(record=record)
         except Exception as e:  # fail open: whatever went wrong, forward unchanged
             record.fallback_reason = f"error: {type(e).__name__}"
             logger.opt(exception=e).warning("tool discovery failed ({}); forwarding unchanged", adapter.api)
-            return Prepared()
+            return Prepared(record=record)
         finally:
             record.processing_ms = round((time.perf_counter() - started) * 1000, 3)
             if record.outcome != "pending":  # else the runner (or the rollout) completes the record
@@ -164,15 +174,17 @@ class Planner:
             return Prepared()
         ranker = _ranked_now(self.ranker, view)
         seen = frozenset(view.names())
+        size = estimate_tokens(text)
 
         def decide(s: SessionState) -> relevance.Selection:
-            sel = relevance.select(view, td, keep, sticky=s.kept, expanded=s.expanded, ranker=ranker)
-            s.remember(adapter.api, seen, [t.name for t in sel.kept])
+            order = relevance.recall(s.forwarded, seen)
+            sel = relevance.select(view, td, keep, order, s.expanded, ranker, size)
+            relevance.remember(s.forwarded, seen, [t.name for t in sel.kept])
             return sel
 
         sel = self._decide(session, decide)
         self._count(record, sel.kept, sel.deferred)
-        if len(sel.kept) == total:
+        if [t.name for t in sel.kept] == view.names():
             return Prepared()
         new = adapter.with_tools(text, [t.raw for t in sel.kept])
         record.outcome = "pending"
@@ -191,21 +203,43 @@ class Planner:
         ranker = _ranked_now(self.ranker, view) if td.defer.upfront else None
         seen = frozenset(view.names())
         applies = td.strategy != "api" or self._in_rollout(session.key)  # else the request goes unchanged
+        model = native.model_of(adapter, text) if adapter.api in native.KINDS else ""
+        # Responses names its native search call itself: a client function of that name would be mistaken for it.
+        native_free = adapter.api in native.KINDS and cast(NativeAdapter, adapter).native_search(phantom) not in seen
 
-        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, dict[str, str]]:
-            plan = deferral.plan(view, td, s.kept, s.expanded, ranker)
+        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, dict[str, str]]:
+            plan = deferral.plan(view, td, s.upfront, s.expanded, ranker)
             if plan.skipped or not applies:
-                return plan, {}
+                return plan, None, {}
+            if not s.upfront:  # chosen once per session, never re-ranked (see deferral.plan)
+                s.upfront = [t.name for t in plan.kept]
+            natively = None
+            if native_free and native.applies(adapter, model, td, s.classic):
+                natively = native.plan(view, td, s.upfront or ())
+                natively = None if natively.skipped else natively
             # The deferred catalog is kept for later turns' searches (seed §6).
             s.remember(adapter.api, seen, [t.name for t in plan.kept], {t.name: t.raw for t in plan.deferred})
-            return plan, s.earlier(seen)
+            return plan, natively, s.earlier(seen)
 
-        plan, earlier = self._decide(session, decide)
+        plan, natively, earlier = self._decide(session, decide)
         if plan.skipped:
             record.fallback_reason = plan.skipped
             return Prepared()
         if td.strategy == "api" and (held := self._rollout(view, plan, session.key, record)) is not None:
             return held
+        record.outcome = "pending"
+        ctx = self._classic(adapter, plan, earlier, text, original, session, record, view.stream)
+        ctx.model = model
+        if natively is not None:
+            ctx = self._native(cast(NativeAdapter, adapter), natively, text, ctx)
+        record.deferral = "native" if ctx.native else "classic"
+        return Prepared(ctx.body.encode("utf-8"), ctx, self._warm_up(list(ctx.catalog.values())))
+
+    def _classic(self, adapter: Adapter, plan: deferral.DeferralPlan, earlier: Mapping[str, str], text: str,
+                 original: bytes, session: _Session, record: Record, stream: bool) -> FlowContext:
+        """Classic deferral: kept tools, the search tool, tools found earlier; a discovery appends."""
+        td = self.config.tool_discovery
+        phantom = td.search_tool_name
         catalog = self._earlier(adapter, earlier) | {t.name: t for t in plan.deferred}
         backend = "api" if td.strategy == "api" else td.search.backend
         phantom_raw = adapter.phantom_tool(
@@ -216,11 +250,26 @@ class Planner:
         raws = [t.raw for t in plan.kept] + [phantom_raw] + [t.raw for t in plan.expanded]
         new = adapter.with_tools(text, raws)
         self._count(record, plan.kept + plan.expanded, plan.deferred, extra=estimate_tokens(phantom_raw))
-        record.outcome = "pending"
         forwarded = [t.name for t in plan.kept + plan.expanded] + [phantom]
-        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original, phantom, catalog,
-                          forwarded, record, view.stream)
-        return Prepared(new.encode("utf-8"), ctx, self._warm_up(list(catalog.values())))
+        return FlowContext(adapter, session.key, session.tenant, session.persist, new, original, phantom, catalog,
+                           forwarded, record, stream)
+
+    def _native(self, adapter: NativeAdapter, plan: deferral.DeferralPlan, text: str,
+                classic: FlowContext) -> FlowContext:
+        """Native deferral (``strategies.native``): the client's tools as they are, deferred ones
+        marked, the search tool last; searchable are the deferred tools of this request only
+        (a reference must name a tool in ``tools[]``). Tools found on earlier turns stay deferred:
+        their loading references are in hidden rounds the client's history lacks (restoring those
+        rounds brings them back), and loading them here would change ``tools[]``."""
+        td = self.config.tool_discovery
+        backend = "api" if td.strategy == "api" else td.search.backend
+        description = deferral.phantom_description(plan.deferred, backend, td.max_search_results)
+        search = adapter.native_search_tool(td.search_tool_name, description)
+        body = adapter.native_tools(text, [t.name for t in plan.deferred], search)
+        self._count(classic.record, plan.kept, plan.deferred, extra=estimate_tokens(search))
+        name = adapter.native_search(td.search_tool_name)
+        return replace(classic, body=body, phantom=name, catalog={t.name: t for t in plan.deferred},
+                       forwarded=[t.name for t in plan.kept] + [name], native=True, classic=classic)
 
     def _warm_up(self, tools: list[Tool]) -> Callable[[], Awaitable[None]] | None:
         """Build the search index of a catalog seen for the first time while the model is still

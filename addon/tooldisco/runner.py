@@ -17,15 +17,18 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from loguru import logger
 
-from . import jsonspan
+from . import jsonspan, rounds
 from .loop import Finish, PhantomLoop, Search, Send
 from .planner import FlowContext
+from .providers.base import StreamDecoder
 from .search.service import SearchService
-from .sessions import SessionStore
+from .sessions import SessionState, SessionStore
+from .strategies import native
 from .stitch.base import Failure
 from .telemetry import TelemetrySink
 
@@ -99,8 +102,10 @@ class LoopRunner:
         self.searches = searches
         self.store = store
         self.telemetry = telemetry
-        self.loop = PhantomLoop(ctx.adapter, ctx.phantom, ctx.forwarded, max_loops)
+        self.loop = PhantomLoop(ctx.adapter, ctx.phantom, ctx.forwarded, max_loops, ctx.native)
         self._started = False
+        self._last: dict[str, Any] = {}  # the last round's message, as the upstream sent it
+        self._sent: str | None = None  # the last re-forward's body
         ctx.record.outcome = None  # "pending" until this runner says how the flow ended
         self._upstream_s = 0.0
         self._began = time.perf_counter()
@@ -110,10 +115,12 @@ class LoopRunner:
     async def step(self, message: dict[str, Any]) -> Send | Finish:
         """One round's message in; the next body to send, or the end."""
         action = self.loop.receive(message) if self._started else self.loop.start(self.ctx.body, message)
-        self._started = True
+        self._started, self._last = True, message
         while isinstance(action, Search):
             found = [await self.searches.answer(self.ctx, call) for call in action.calls]
             action = self.loop.found(found)
+        if isinstance(action, Send):
+            self._sent = action.body
         return action
 
     async def _open(self, open_: Open, body: bytes) -> Answer:
@@ -140,6 +147,25 @@ class LoopRunner:
                 self._upstream_s += time.perf_counter() - t0
             yield chunk
 
+    async def _classic_fallback(self, first: Answer, open_: Open) -> Answer:
+        """Native deferral refused (a 400 naming its fields: a model or region without it): the
+        same request deferred the classic way, and the model remembered for the session, so its
+        later turns go classic at once. Any other answer goes on as it came."""
+        ctx = self.ctx
+        if ctx.classic is None or first.status != 400:
+            return first
+        body = await first.read(1 << 20)
+        if not native.refused(first.status, body):
+            return Answer.whole(first.status, body, first.headers)
+        logger.warning("upstream refused native deferral for {}; deferring the classic way", ctx.model or "the model")
+        ctx.record.fallback_reason = "native_refused_400_classic_sent"
+        ctx.record.deferral = "classic"
+        if ctx.persist and ctx.model:
+            await asyncio.to_thread(self.store.update, ctx.session, partial(_go_classic, ctx.model))
+        self.ctx = ctx.classic
+        self.loop = PhantomLoop(self.ctx.adapter, self.ctx.phantom, self.ctx.forwarded, self.loop.max_loops)
+        return await self._open(open_, self.ctx.body.encode("utf-8"))
+
     async def _fallback(self, first: Answer, open_: Open) -> Answer:
         """The first answer, or the client's own request's answer when the rewrite was refused."""
         record = self.ctx.record
@@ -150,12 +176,14 @@ class LoopRunner:
         record.fallback_reason = f"rewrite_{first.status}_original_sent"
         return await self._open(open_, self.ctx.original)
 
-    async def _settle(self, finish: Finish, shown_id: str | None = None) -> None:
-        """What the session keeps from this turn: tools found, and stored-chain links.
+    async def _settle(self, finish: Finish, shown_id: str | None = None, seen: dict[str, Any] | None = None) -> None:
+        """What the session keeps from this turn: tools found, stored-chain links, and the real
+        rounds behind a stitched message (``tooldisco.rounds``), for the client's next turn.
 
         ``shown_id``: the response id the client saw when it is not the chain's head (a live
         stream keeps round one's id); the client's next turn chains from it, and the planner
-        then continues from the head instead."""
+        then continues from the head instead. ``seen``: the message the client assembled from a
+        live stream, when it has one (a JSON answer shows ``finish.message``)."""
         ctx, loop = self.ctx, self.loop
         record = ctx.record
         record.loops = loop.rounds
@@ -166,14 +194,33 @@ class LoopRunner:
         head = ctx.adapter.response_id(finish.message)
         pending = ctx.adapter.pending_items(ctx.body, loop.unanswered) if head and loop.unanswered else []
         shown = shown_id or head
+        sent, last, shown_message = self._sent, self._last, finish.message if seen is None else seen
 
         def write() -> None:
             if expanded:
                 self.store.update(ctx.session, lambda s: s.expand(expanded))
             if head and shown:
                 self.store.link(ctx.tenant, shown, ctx.session, pending, head if shown != head else None)
+            # max_loops: the last round searched only; an unreadable client stream: nothing to match
+            if sent is not None and shown_message and finish.reason in ("done", "mixed"):
+                self._keep_rounds(sent, last, shown_message)
 
         await asyncio.to_thread(write)
+
+    def _keep_rounds(self, sent: str, last: dict[str, Any], shown: dict[str, Any]) -> None:
+        """The real rounds of a turn that re-forwarded, unless they are too large to keep."""
+        ctx = self.ctx
+        try:
+            kept = rounds.of_turn(ctx.adapter, ctx.body, sent, last, shown, ctx.phantom)
+        except Exception as e:  # the turn is answered either way; its next request passes as sent
+            logger.opt(exception=e).warning("could not record the hidden rounds of a turn")
+            return
+        if kept is None:
+            return
+        if kept.size > rounds.MAX_ROUNDS_BYTES:
+            logger.info("hidden rounds of a turn not kept: {} bytes over the {} cap", kept.size, rounds.MAX_ROUNDS_BYTES)
+            return
+        self.store.keep_rounds(ctx.tenant, ctx.session, kept.digest, kept.entries)
 
     def _close_record(self, own_s: float | None = None) -> None:
         """``own_s``: the proxy's own time when it is not the rest of the total (a live flow's
@@ -188,6 +235,7 @@ class LoopRunner:
 
     async def buffered(self, first: Answer, open_: Open) -> Reply:
         """Run the loop over whole answers; the client gets one (merged) answer."""
+        first = await self._classic_fallback(first, open_)
         ctx = self.ctx
         record = ctx.record
         answer = await self._fallback(first, open_)
@@ -270,6 +318,7 @@ class LoopRunner:
 
         Closing this generator early (the client went away) closes the upstream answer
         being read, which cancels that request."""
+        first = await self._classic_fallback(first, open_)
         ctx = self.ctx
         record = ctx.record
         own_s = 0.0  # stitching, searching and deciding: what the proxy adds
@@ -283,12 +332,14 @@ class LoopRunner:
                 return
             yield Head(200, answer.headers)
             stitcher = ctx.adapter.stitcher(ctx.phantom, ctx.client_body)
+            seen = ctx.adapter.decoder()  # the client's stream as its SDK assembles it: what it will send back
             shown_id: str | None = None  # the id the client's stream carries (round one's)
             while True:
                 try:
                     async for chunk in self._chunks(answer):
                         t0 = time.perf_counter()
                         out = stitcher.feed(chunk)
+                        seen.feed(out)
                         own_s += time.perf_counter() - t0
                         if out:
                             yield out
@@ -308,9 +359,11 @@ class LoopRunner:
                     action = await self.step(end.message)
                     own_s += time.perf_counter() - t0
                     if isinstance(action, Finish):
+                        rest = stitcher.finish()
+                        seen.feed(rest)
                         # The session first: the client may send its next turn the moment it reads the end.
-                        await self._settle(action, shown_id)
-                        yield stitcher.finish()
+                        await self._settle(action, shown_id, _assembled(seen))
+                        yield rest
                         return
                     await answer.close()
                     stitcher.next_round()
@@ -331,6 +384,20 @@ class LoopRunner:
         finally:
             await answer.close()
             self._close_record(own_s)
+
+
+def _go_classic(model: str, state: SessionState) -> None:
+    if model not in state.classic:
+        state.classic.append(model)
+
+
+def _assembled(decoder: StreamDecoder) -> dict[str, Any]:
+    """The message a stream decoder assembled (``{}`` when it cannot: nothing is kept)."""
+    decoder.feed(b"")
+    try:
+        return decoder.message()
+    except Exception:
+        return {}
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:

@@ -36,6 +36,7 @@ MAX_DEFINITION_BYTES = 1 << 20  # a larger definition is not kept for later turn
 # Above SQLite's own 1 GB cap on a value: no value ever spills to a file of its own, so the
 # only files are SQLite's, which take the database file's mode (see ``private_cache``).
 _NEVER_SPILL = 1 << 40
+_PAGE_CACHE_PAGES = 512  # × 4 KiB pages: 2 MiB per connection
 
 T = TypeVar("T")
 
@@ -49,6 +50,12 @@ class SessionState:
     catalog: dict[str, str] = field(default_factory=dict)  # deferred name -> digest of its definition
     api: str = ""  # the wire API the catalog's definitions are written for
     refreshed: float = 0.0  # wall time the catalog's definitions last had their TTL extended
+    # tool-search and api, classic and native: the tools forwarded loaded (not deferred), chosen on the
+    # session's first planned turn and reused as they are, so tools[] stays byte-identical (None: not chosen yet).
+    upfront: list[str] | None = None
+    classic: list[str] = field(default_factory=list)  # models whose API refused native deferral here
+    # Relevance: per client tool list (``relevance.tool_list_key``), the names forwarded, in order.
+    forwarded: dict[str, list[str]] = field(default_factory=dict)
     # Definitions this update brings (digest -> text): the store writes them, never as part of the state.
     incoming: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -117,7 +124,11 @@ def private_cache(directory: Path) -> diskcache.Cache:
     directory = directory.expanduser()
     private_dir(directory)
     directory.chmod(0o700)
-    cache = diskcache.Cache(str(directory), disk_min_file_size=_NEVER_SPILL)
+    # SQLite's page cache and memory map are per connection, and diskcache opens one per
+    # thread: at its defaults (32 MiB cache + 64 MiB map) each worker thread's RSS grows
+    # with the database. 2 MiB of page cache and no map keep a session store's memory flat.
+    cache = diskcache.Cache(str(directory), disk_min_file_size=_NEVER_SPILL,
+                            sqlite_cache_size=_PAGE_CACHE_PAGES, sqlite_mmap_size=0)
     for name in (DBNAME, f"{DBNAME}-wal", f"{DBNAME}-shm"):
         with suppress(FileNotFoundError):
             (directory / name).chmod(0o600)
@@ -143,12 +154,47 @@ def _state(data: Any) -> SessionState:
     if not isinstance(data, dict):
         return SessionState()
     return SessionState(list(data.get("kept", ())), list(data.get("expanded", ())), dict(data.get("catalog", {})),
-                        str(data.get("api", "")), float(data.get("refreshed", 0.0)))
+                        str(data.get("api", "")), float(data.get("refreshed", 0.0)),
+                        upfront=list(data["upfront"]) if isinstance(data.get("upfront"), list) else None,
+                        classic=list(data.get("classic", ())),
+                        forwarded={str(k): list(v) for k, v in dict(data.get("forwarded", {})).items()})
 
 
 def _entry(state: SessionState) -> dict[str, Any]:
     return {"kept": state.kept, "expanded": state.expanded, "catalog": state.catalog, "api": state.api,
-            "refreshed": state.refreshed}
+            "refreshed": state.refreshed, "upfront": state.upfront, "classic": state.classic,
+            "forwarded": state.forwarded}
+
+
+def settle(before: SessionState, state: SessionState, ttl: float) -> set[str] | None:
+    """After ``change``: None when the state is unchanged (only its TTL is extended), else the
+    digests whose definitions to write or extend. Every store follows these expiry rules (see
+    ``SessionStore``): the new digests, or all of them once per ``ttl`` (``refreshed``)."""
+    now = time.time()
+    if state.catalog and now - state.refreshed >= ttl:
+        state.refreshed = now
+    if state == before:
+        return None
+    digests = set(state.catalog.values())
+    return digests if state.refreshed != before.refreshed else digests - set(before.catalog.values())
+
+
+def _link_entry(session: str, pending: list[str], head: str | None) -> dict[str, Any]:
+    return {"session": session, "pending": pending, "head": head}
+
+
+def _rounds_key(tenant: str, session: str, digest: str) -> str:
+    return "rounds:" + hashlib.sha256(f"{tenant}\0{session}\0{digest}".encode("utf-8", "replace")).hexdigest()[:32]
+
+
+def _rounds(data: Any) -> list[str] | None:
+    return data if isinstance(data, list) and all(isinstance(e, str) for e in data) else None
+
+
+def _link(data: Any) -> Link | None:
+    if not isinstance(data, dict):
+        return None
+    return Link(data["session"], list(data["pending"]), data.get("head"))
 
 
 class SessionStore:
@@ -191,14 +237,10 @@ class SessionStore:
             data = self._cache.get(key)
             before, state = _state(data), _state(data)
             result = change(state)
-            now = time.time()
-            if state.catalog and now - state.refreshed >= self._ttl:
-                state.refreshed = now
-            if state == before:
+            if (extend := settle(before, state, self._ttl)) is None:
                 self._cache.touch(key, expire=self._ttl)
             else:
-                self._write_definitions(state, refresh=state.refreshed != before.refreshed,
-                                        known=set(before.catalog.values()))
+                self._write_definitions(state, extend)
                 self._cache.set(key, _entry(state), expire=self._ttl)
         return result
 
@@ -210,11 +252,10 @@ class SessionStore:
                 out[digest] = raw
         return out
 
-    def _write_definitions(self, state: SessionState, refresh: bool, known: set[str]) -> None:
-        """Extend the expiry of the state's new definitions (all of them on ``refresh``),
-        writing those not stored yet that this update brings."""
+    def _write_definitions(self, state: SessionState, digests: set[str]) -> None:
+        """Extend the expiry of these definitions, writing those not stored yet that this update brings."""
         expire = 2 * self._ttl
-        for digest in set(state.catalog.values()) if refresh else set(state.catalog.values()) - known:
+        for digest in digests:
             key = _definition_key(digest)
             if not self._cache.touch(key, expire=expire) and digest in state.incoming:
                 self._cache.set(key, state.incoming[digest], expire=expire)
@@ -224,14 +265,23 @@ class SessionStore:
         request chaining from it (``previous_response_id``) finds its session again. ``head``:
         the response the server really continues from, when the client was shown another id
         (a live stream keeps round one's id, the chain goes on from the last round)."""
-        self._cache.set(_alias(tenant, response_id), {"session": session, "pending": pending, "head": head},
-                        expire=self._ttl)
+        self._cache.set(_alias(tenant, response_id), _link_entry(session, pending, head), expire=self._ttl)
 
     def linked(self, tenant: str, response_id: str) -> Link | None:
-        data = self._cache.get(_alias(tenant, response_id))
-        if not isinstance(data, dict):
-            return None
-        return Link(data["session"], list(data["pending"]), data.get("head"))
+        return _link(self._cache.get(_alias(tenant, response_id)))
+
+    def keep_rounds(self, tenant: str, session: str, digest: str, rounds: list[str]) -> None:
+        """Remember what the upstream really saw (``rounds``: entry texts) for a message stitched
+        from hidden rounds, under the digest of that message (``tooldisco.rounds``)."""
+        self._cache.set(_rounds_key(tenant, session, digest), rounds, expire=self._ttl)
+
+    def rounds(self, tenant: str, session: str, digest: str) -> list[str] | None:
+        """The real rounds behind a stitched message, their TTL extended: the message stays in
+        the client's history, and so in every later request of the session."""
+        key = _rounds_key(tenant, session, digest)
+        if (found := _rounds(self._cache.get(key))) is not None:
+            self._cache.touch(key, expire=self._ttl)
+        return found
 
     def _maybe_cleanup(self) -> None:
         now = time.monotonic()

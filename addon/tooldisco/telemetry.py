@@ -53,11 +53,13 @@ class Record:
     stream: bool = False
     searches: list[SearchRecord] = field(default_factory=list)
     loops: int = 0
+    restored: int = 0  # stitched messages of the client's history replaced by their real rounds
     loop_added_ms: float = 0.0  # our own time in the phantom loop, upstream time excluded
     upstream_ms: float = 0.0
     outcome: str | None = None
     rollout: str | None = None  # api: dark / shadow / partial / full, and whether this session was in
     shadow: dict[str, Any] | None = None  # api dark/shadow: what the selector chose, overlap with relevance
+    deferral: str | None = None  # tool-search / api: "native" (defer_loading, loaded inline) or "classic"
 
 
 class TelemetrySink:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import socket
 import ssl
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import argon2
 import httpx
 
 if TYPE_CHECKING:
@@ -31,6 +33,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The addon under test (the default for the ``addon_script`` fixture).
 ADDON_PATH = REPO_ROOT / "addon" / "tool_discovery.py"
 MITMDUMP = Path(sys.executable).parent / "mitmdump"
+#: The same proxy with its web UI (``MitmDump(web=True)``).
+MITMWEB = Path(sys.executable).parent / "mitmweb"
+#: mitmweb's default flow list columns, and the comment (what the addon says of a flow).
+WEB_COLUMNS = ("tls", "icon", "path", "method", "status", "size", "time", "comment")
 #: Seconds to wait for mitmdump to listen; generous for loaded CI machines.
 STARTUP_TIMEOUT = float(os.environ.get("E2E_STARTUP_TIMEOUT", "120"))
 
@@ -123,6 +129,7 @@ class MitmDump:
         extra_args: Sequence[str] = (),
         name: str = "mitmdump",
         startup_timeout: float = STARTUP_TIMEOUT,
+        web: bool = False,
     ) -> None:
         self.workdir = Path(workdir)
         self.upstream = upstream
@@ -132,6 +139,10 @@ class MitmDump:
         self.name = name
         self.startup_timeout = startup_timeout
         self.port: int | None = None
+        #: mitmweb mode: the web UI on loopback, on ``web_port``, behind ``web_token``.
+        self.web = web
+        self.web_port: int | None = None
+        self.web_token = secrets.token_hex(16) if web else ""
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self._log_file: IO[bytes] | None = None
@@ -163,6 +174,12 @@ class MitmDump:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def web_url(self) -> str:
+        """mitmweb's page with its token (mitmweb mode)."""
+        assert self.web and self.web_port is not None, "mitmweb is not started"
+        return f"http://127.0.0.1:{self.web_port}/?token={self.web_token}"
+
+    @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -182,7 +199,7 @@ class MitmDump:
     def command(self, port: int = 0) -> list[str]:
         """The mitmdump command line for a start on ``port`` (0: any free port)."""
         cmd = [
-            str(MITMDUMP),
+            str(MITMWEB if self.web else MITMDUMP),
             "--set",
             f"confdir={self.confdir}",
             "--listen-host",
@@ -197,6 +214,14 @@ class MitmDump:
             cmd += ["-s", str(self.script)]
         if self.config_path is not None:
             cmd += ["--set", f"tool_discovery_config={self.config_path}"]
+        if self.web:
+            # The addon masks ?token= in the log, mitmweb's printed URL included: the test knows
+            # the token, mitmweb gets its argon2 hash.
+            self.web_port = self.web_port or _free_port()
+            cmd += ["--web-host", "127.0.0.1", "--web-port", str(self.web_port), "--set", "web_open_browser=false",
+                    "--set", f"web_password={argon2.PasswordHasher().hash(self.web_token)}"]
+            for column in WEB_COLUMNS:
+                cmd += ["--set", f"web_columns={column}"]
         return cmd + self.extra_args
 
     def start(self, port: int = 0) -> MitmDump:
@@ -416,6 +441,12 @@ class MitmDump:
     def __repr__(self) -> str:
         state = f"port {self.port}" if self.running else "stopped"
         return f"<MitmDump {self.name} {state} script={self.script} config={self.config_path}>"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def tail(text: str, max_chars: int = 20000) -> str:

@@ -798,8 +798,8 @@ def test_anthropic_thinking_survives_the_loop(px: MitmDump, fake: FakeProvider) 
     assert seen.thoughts == THOUGHTS[:2]  # both rounds' signed blocks, unchanged
     assert nxt.thoughts == THOUGHTS[2:]
     _, reforward, next_turn = fake.api_requests()
-    for rec in (reforward, next_turn):  # the proxy's replay of round 1, then the client's of what it saw
-        first_block = rec.json["messages"][-2]["content"][0]
+    for rec in (reforward, next_turn):  # round 1 as the proxy replayed it, then as restored in the next turn
+        first_block = rec.json["messages"][1]["content"][0]
         assert first_block == {"type": "thinking", "thinking": THOUGHTS[0],
                                "signature": thinking_signature(THOUGHTS[0])}
 
@@ -819,8 +819,9 @@ def test_responses_reasoning_survives_the_loop(px: MitmDump, fake: FakeProvider)
     assert seen.thoughts == THOUGHTS[1:2]
     _, reforward, next_turn = fake.api_requests()
     assert [i["summary"][0]["text"] for i in reforward.json["input"] if i.get("type") == "reasoning"] == THOUGHTS[:1]
+    # The next turn carries both: round 1's restored with its hidden exchange, round 2's as the client kept it.
     replayed = [i for i in next_turn.json["input"] if i.get("type") == "reasoning"]
-    assert [i["summary"][0]["text"] for i in replayed] == THOUGHTS[1:2] and replayed[0]["encrypted_content"]
+    assert [i["summary"][0]["text"] for i in replayed] == THOUGHTS[:2] and replayed[1]["encrypted_content"]
 
 
 # --- the fake's validation can fail: what the APIs reject, it rejects ----------------------------

@@ -50,7 +50,7 @@ pipes:
     max_tools: 25
     target_ratio: 0.8
     max_search_results: 3
-    always_keep: ["read_file"]
+    always_keep: ["read_file", "crm.*"]  # crm.*: the namespace's functions stay where the client put them
     search:
       backend: bm25
 sessions:
@@ -193,7 +193,7 @@ R_NAMESPACE = {
 
 
 def responses_tools(read_file: bool = True) -> list[dict[str, Any]]:
-    """60 functions, then (read_file,) a hosted tool and a namespace: built-ins are never deferred."""
+    """60 functions, then (read_file,) a hosted tool and a namespace (always kept): never deferred."""
     return [r_tool(t) for t in CATALOG] + ([r_tool(READ_FILE)] if read_file else []) + [R_WEB, R_NAMESPACE]
 
 

@@ -24,6 +24,10 @@ The same rules as JSON (for ``POST /_script``)::
 when the request enables thinking, Gemini a ``thought`` part when it asks for thoughts,
 Responses a ``reasoning`` item with ``encrypted_content``.
 
+``echo`` (a regex) ends the reply's text with its first match in the request body: a load
+test gives each session a marker its answers must carry, so an answer delivered to another
+client shows.
+
 Conditions: ``offered``, ``not_offered``, ``no_result_for`` (default: the called tools;
 ``[]`` disables), ``has_result_for``, ``contains`` (substring of the raw body), ``nth``
 (1-based index of the API request since the last reset), ``api`` ("anthropic",
@@ -34,6 +38,7 @@ the called tools must be offered).
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
@@ -70,6 +75,7 @@ class Rule:
     calls: list[Call] = field(default_factory=list)
     thinking: str = ""  # the model's reasoning, sent signed where the request enables it
     echo_last_result: bool = False
+    echo: str | None = None  # a regex: its first match in the request body ends the text
     error: Fail | None = None
     usage: Usage | None = None
     delay: float | None = None  # stream pacing for this reply, seconds between events
@@ -106,6 +112,8 @@ class Rule:
         last = conv.last_result()
         if self.echo_last_result and last is not None:
             text = f"{text}\nlast tool result: {last.content}" if text else f"last tool result: {last.content}"
+        if self.echo and (found := re.search(self.echo, conv.raw_text)):
+            text = f"{text} {found.group()}" if text else found.group()
         calls = [ToolCall(id=new_id(id_prefix), name=c.name, arguments=c.args) for c in self.calls]
         usage = self.usage or Usage(
             input_tokens=estimate_tokens(conv.raw_text),

@@ -13,7 +13,8 @@ recorded with ``api=None`` so they do not count as API requests (``nth``).
 
 Control endpoints (for out-of-process use; never recorded):
 ``GET /_requests[?since=N]``, ``POST /_reset``, ``GET|POST /_script``,
-``POST /_settings`` (``{"stream_delay": 0.05, "websocket_status": 405, "prompt_cache": false}``),
+``POST /_settings`` (``{"stream_delay": 0.05, "websocket_status": 405, "prompt_cache": false,
+"no_native_models": []}``),
 ``GET /_health``.
 
 ``prompt_cache`` turns on the prefix-cache model (``cache.py``): usage then reports the cached
@@ -135,6 +136,11 @@ def _decode(body: bytes, encoding: str) -> bytes:
     return body
 
 
+class _Server(ThreadingHTTPServer):
+    # A real API's listen backlog: socketserver's default (5) drops connections under load.
+    request_queue_size = 1024
+
+
 class FakeProvider:
     """The fake LLM provider. Use in-process (``start()``/``stop()`` or ``with``) or via
     ``python -m tests.fakeprovider``."""
@@ -154,6 +160,8 @@ class FakeProvider:
         self.websocket_status = 405
         #: the prefix-cache model: off, so usage numbers stay the plain estimate
         self.prompt_cache = False
+        #: models whose API answers native deferral fields (defer_loading, tool_search) with a 400
+        self.no_native_models: set[str] = set()
         self.cache = PromptCache()
         self.providers = providers if providers is not None else PROVIDERS
         self.script = Script()
@@ -169,7 +177,7 @@ class FakeProvider:
     def start(self) -> FakeProvider:
         """Bind and serve in a daemon thread; returns self."""
         handler = type("BoundHandler", (_Handler,), {"fake": self})
-        server = ThreadingHTTPServer((self.host, self.requested_port), handler)
+        server = _Server((self.host, self.requested_port), handler)
         server.daemon_threads = True
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="fakeprovider", daemon=True)
@@ -220,6 +228,7 @@ class FakeProvider:
             self._api_count = 0
             self.script = Script()
             self.prompt_cache = False
+            self.no_native_models = set()
         self.cache.clear()
 
     @property
@@ -393,6 +402,8 @@ class _Handler(BaseHTTPRequestHandler):
                 log.debug("invalid JSON: %s", exc)
                 raise provider.invalid_json() from None
             conv = provider.parse(rec.json, incoming, route)
+            if conv.model in self.fake.no_native_models and (refusal := provider.native_refusal(conv.body)):
+                raise refusal
             rec.tool_names = list(conv.tools)
             conv.raw_text = rec.text
             assert rec.nth is not None
@@ -401,6 +412,10 @@ class _Handler(BaseHTTPRequestHandler):
             if rule.error is not None:
                 raise ApiError(rule.error.status, rule.error.message, rule.error.kind)
             reply = rule.build_reply(conv, provider.call_id_prefix, new_id)
+            if unloaded := [c.name for c in reply.calls if c.name in conv.meta.get("deferred", ())]:
+                # A script error, not the API's: a model cannot call a tool it has not loaded.
+                raise ApiError(400, f"fake: the scripted model called deferred tool(s) {unloaded} that no "
+                               "tool search loaded (tool_reference / tool_search_output)")
             bill = self.fake._bill(provider, incoming, conv) if rule.usage is None else None
             if bill is not None:  # a rule's own usage wins
                 reply.usage = bill.usage(reply.usage.output_tokens, provider.input_includes_cache)
@@ -494,6 +509,8 @@ class _Handler(BaseHTTPRequestHandler):
                     fake.stream_delay = float(data["stream_delay"])
                 if "websocket_status" in data:
                     fake.websocket_status = int(data["websocket_status"])
+                if "no_native_models" in data:
+                    fake.no_native_models = set(data["no_native_models"])
                 if "prompt_cache" in data:
                     if not isinstance(data["prompt_cache"], bool):
                         raise ValueError("prompt_cache must be true or false")
@@ -503,6 +520,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "stream_delay": fake.stream_delay,
                     "websocket_status": fake.websocket_status,
                     "prompt_cache": fake.prompt_cache,
+                    "no_native_models": sorted(fake.no_native_models),
                 }
             else:
                 status, out = 404, {"ok": False, "error": f"no control endpoint {self.command} {path}"}

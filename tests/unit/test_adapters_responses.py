@@ -146,12 +146,12 @@ def test_parse_codex_request():
         {"type": "function", "name": "mcp__slack__post_message"}]}))
     assert v.query == "merge #12 and post to slack"  # reminder gone, trailing environment turn skipped
     assert v.first_user == "which PRs are open on acme/shop?"  # AGENTS.md and environment turns skipped
-    assert v.used == {"mcp__github__list_pull_requests", "mcp__linear__"}  # a namespaced call uses its namespace
+    assert v.used == {"mcp__github__list_pull_requests", "mcp__linear__.create_ticket"}  # namespace.name
     assert v.forced == {"mcp__slack__post_message"}
     assert v.stream and v.session_hint == "019a8f3e-5c2d-7a10-b3c4-d5e6f7a8b9c0"
     pins = {t.name: t.pinned for t in v.tools}
     assert pins == {"shell": None, "apply_patch": "builtin", "<web_search>": "builtin", "<local_shell>": "builtin",
-                    "<tool_search>": "builtin", "mcp__linear__": "builtin", "lazy_tool": "client_deferred",
+                    "<tool_search>": "builtin", "mcp__linear__.create_ticket": None, "lazy_tool": "client_deferred",
                     **{f["name"]: None for f in functions(6)}}
     assert v.tools[0].params == (("command", ""), ("workdir", ""))
     assert R.parse(codex_body(tool_choice={"type": "function", "name": "shell"})).forced == {"shell"}
@@ -210,7 +210,7 @@ def test_calls():
                  call("create_ticket", "call_N", "{}", namespace="mcp__linear__"), call("x", "call_T", "not json"))
     assert R.calls(m) == [
         ToolCall("call_S1", P, {"query": "slack post message"}), ToolCall("call_R", "shell", {"command": ["ls"]}),
-        ToolCall("call_N", "mcp__linear__/create_ticket", {}), ToolCall("call_T", "x", "not json"),
+        ToolCall("call_N", "mcp__linear__.create_ticket", {}), ToolCall("call_T", "x", "not json"),
     ]
 
 

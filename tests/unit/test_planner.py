@@ -78,7 +78,7 @@ def test_a_follow_up_forwards_the_same_tools_and_a_new_topic_only_adds(relevance
     assert forwarded(relevance, "thanks, and tomorrow?") == first  # byte-identical: the cache keeps hitting
     third = names(forwarded(relevance, "post a slack message to the channels"))
     assert set(names(first)) | SLACK <= set(third)
-    assert third == [n for n in names(TOOLS) if n in third]  # the client's order
+    assert third[: len(first)] == names(first)  # additions go after what was forwarded
 
 
 def test_sub_agents_of_one_session_do_not_thrash_each_others_kept_set(relevance):
@@ -155,16 +155,20 @@ async def test_a_caller_without_a_credential_leaves_no_state(tool_search, releva
 
 
 def test_concurrent_flows_of_one_session_lose_no_kept_tool(relevance):
-    """Four sub-agents of one session, each on its own topic, all at once: each topic's tools
-    end up in the sticky set (a read apart from its write would lose some)."""
+    """Four sub-agents of one session, each on its own topic, all at once: each gets its topic's
+    best tool, and whatever any of them forwarded stays in the session's list (a read apart from
+    its write would lose some)."""
     start = threading.Barrier(len(TOPICS))
     failures = []
+    seen: list[set[str]] = []
 
     def flow(text):
         start.wait()
         for _ in range(5):
             try:
-                assert TOPICS[text] <= set(names(forwarded(relevance, text)))
+                got = set(names(forwarded(relevance, text)))
+                seen.append(got)
+                assert TOPICS[text] & got
             except Exception as e:  # reported from the main thread
                 failures.append(e)
 
@@ -174,7 +178,7 @@ def test_concurrent_flows_of_one_session_lose_no_kept_tool(relevance):
     for t in threads:
         t.join()
     assert not failures
-    assert set().union(*TOPICS.values()) <= set(names(forwarded(relevance, "thanks, and tomorrow?")))
+    assert set().union(*seen) <= set(names(forwarded(relevance, "thanks, and tomorrow?")))
 
 
 CLAUDE_CODE_TOOLS = [

@@ -3,7 +3,7 @@ import pytest
 from tooldisco.config import parse
 from tooldisco.providers.base import RequestView, Tool
 from tooldisco.strategies import deferral
-from tooldisco.strategies.relevance import keep_count, scores, select, tokens
+from tooldisco.strategies.relevance import MAX_LISTS, keep_count, recall, remember, scores, select, tokens
 
 from tests.support.catalog import tool_specs
 
@@ -51,24 +51,52 @@ def test_select_keeps_relevant_pinned_and_forced_in_original_order():
     assert len(sel.kept) + len(sel.deferred) == 60 and len(sel.kept) == 10
 
 
-def test_sticky_set_only_grows_when_the_topic_needs_it():
+def test_a_later_turn_keeps_the_order_and_appends_what_it_clearly_needs():
     c = cfg()
-    first = select(view(query="create a github issue"), c, keep=10)
-    kept = [t.name for t in first.kept]
-    same = select(view(query="and another github issue please"), c, keep=10, sticky=kept)
-    assert [t.name for t in same.kept] == kept  # nothing new is relevant: no change
-    moved = select(view(query="now post a message to slack"), c, keep=10, sticky=kept)
-    names = [t.name for t in moved.kept]
-    assert set(kept) <= set(names) and "mcp__slack__post_message" in names
-    gone = select(view(n=30, query="x"), c, keep=10, sticky=kept + ["not_sent_anymore"])
-    assert "not_sent_anymore" not in [t.name for t in gone.kept]
+    first = [t.name for t in select(view(query="create a github issue"), c, keep=4).kept]
+    same = select(view(query="and another github issue please"), c, keep=4, order=first)
+    assert [t.name for t in same.kept] == first  # nothing new is needed: no change
+    moved = [t.name for t in select(view(query="now post a message to the slack channel"), c, keep=4, order=first).kept]
+    assert moved[: len(first)] == first and "mcp__slack__post_message" in moved[len(first):]
+    gone = select(view(n=30, query="x"), c, keep=4, order=first + ["not_sent_anymore"])
+    assert [t.name for t in gone.kept] == [n for n in first if n in {t.name for t in view(n=30).tools}]
 
 
-def test_sticky_set_restarts_when_it_doubles():
+def test_a_used_tool_is_forwarded_and_its_result_does_not_reshuffle_the_turn():
     c = cfg()
-    everything = [t.name for t in view().tools]
-    sel = select(view(query="slack"), c, keep=10, sticky=everything)
-    assert len(sel.kept) == 10
+    first = [t.name for t in select(view(query="what will the weather be in Oslo"), c, keep=10).kept]
+    used = frozenset({"mcp__postgres__run_query"})
+    after = [t.name for t in select(view(query="what will the weather be in Oslo", used=used), c, keep=10,
+                                    order=first, prompt_tokens=10**6).kept]
+    assert after == first + ["mcp__postgres__run_query"]  # certain, whatever the cost; nothing else moves
+
+
+def test_whether_a_change_pays_depends_on_the_cache_it_breaks():
+    """Fair evidence (two shared words: p 0.4) pays early in a session, not behind a long conversation."""
+    c = cfg()
+    first = [t.name for t in select(view(query="weather"), c, keep=10).kept]
+    v = view(query="any upcoming events?")
+    tools = sum(len(t.raw) // 4 for t in v.tools)
+    short = [t.name for t in select(v, c, keep=10, order=first, prompt_tokens=tools + 100).kept]
+    long = [t.name for t in select(v, c, keep=10, order=first, prompt_tokens=tools + 200_000).kept]
+    assert "mcp__calendar__list_events" in short[len(first):]
+    assert long == first
+
+
+def test_recall_starts_a_new_tool_list_from_the_closest_one_and_remember_is_bounded():
+    lists: dict[str, list[str]] = {}
+    assert recall(lists, {"a", "b"}) is None
+    remember(lists, {"a", "b", "c"}, ["c", "a"])
+    remember(lists, {"x", "y"}, ["y"])
+    assert recall(lists, {"a", "b", "c"}) == ["c", "a"]
+    assert recall(lists, {"a", "c", "z"}) == ["c", "a"]  # a sub-agent: the main list's places
+    assert recall(lists, {"q"}) is None
+    before = dict(lists)
+    remember(lists, {"a", "b", "c"}, ["c", "a"])
+    assert lists == before
+    for i in range(MAX_LISTS + 3):
+        remember(lists, {f"t{i}"}, [f"t{i}"])
+    assert len(lists) == MAX_LISTS and recall(lists, {f"t{MAX_LISTS + 2}"}) == [f"t{MAX_LISTS + 2}"]
 
 
 def test_deferral_plan_threshold_upfront_and_expanded():

@@ -15,7 +15,7 @@ from tooldisco.search import bm25_search, embeddings, hybrid_search, index_cache
 from tooldisco.search.bm25_search import BM25Searcher
 from tooldisco.search.documents import embedding_views, schema_values
 from tooldisco.search.fuzzy_search import FuzzySearcher
-from tooldisco.search.hybrid_search import HybridSearcher, rrf, round_robin, sentences
+from tooldisco.search.hybrid_search import HybridSearcher, standardised
 from tooldisco.search.index_cache import IndexCache
 from tooldisco.search.regex_search import RegexSearcher
 from tooldisco.search.tokens import terms, words
@@ -123,6 +123,21 @@ def test_bm25_ties_break_by_name() -> None:
     assert BM25Searcher().search("frobnicate", twins, 2) == ["a_tool", "b_tool"]
 
 
+def test_bm25_ranking_scores_scale_by_the_share_of_query_terms_a_tool_has() -> None:
+    import numpy as np
+
+    index = bm25_search.bm25_index(CATALOG)
+    query = "send the weather forecast by email"
+    query_terms = set(terms(query))
+    raw, ranking = index.scores(query), index.candidate_scores([query])[0]
+    for i, t in enumerate(CATALOG):
+        share = len(query_terms & set(bm25_search.document(t))) / len(query_terms)
+        expected = raw[i] * share**bm25_search.COORDINATION if share else -np.inf
+        assert np.isclose(ranking[i], expected), t.name
+    best_first = [CATALOG[i].name for i in np.argsort(-ranking, kind="stable")[:3]]
+    assert BM25Searcher().search(query, CATALOG, 3) == best_first  # the backend ranks by them
+
+
 def test_bm25_index_is_built_once_per_catalog() -> None:
     bm25_search._INDEXES.clear()
     before = bm25_search._INDEXES.builds
@@ -191,19 +206,19 @@ def test_regex_refuses_overlong_pattern() -> None:
 # --- hybrid ---------------------------------------------------------------------------
 
 
-def test_rrf_and_round_robin() -> None:
-    assert rrf([([1, 2, 3], 1.0), ([2, 3, 4], 1.0)], 3) == [2, 3, 1]
-    assert rrf([([1, 2], 1.0), ([2, 1], 2.0)], 2) == [2, 1]  # weights count
-    assert rrf([([1], 1.0)], 0) == []
-    assert round_robin([[1, 2, 3], [4, 1, 5]], 10) == [1, 4, 2, 3, 5]
+def test_standardised_rows() -> None:
+    import numpy as np
+
+    z = standardised(np.array([[1.0, 2.0, 3.0], [5.0, 5.0, 5.0]]))
+    assert np.allclose(z[0], [-1.2247449, 0.0, 1.2247449]) and np.allclose(z[1], 0.0)
 
 
-def test_sentences_of_multi_intent_queries() -> None:
-    assert sentences("What's the weather in Paris?") == []
-    assert sentences("Find the weather in Paris. Then email it to Bob please.\nThanks!") == [
-        "Find the weather in Paris.",
-        "Then email it to Bob please.",
-    ]
+def test_cosines_are_dot_products_of_every_query_with_every_tool() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    queries, vectors = rng.standard_normal((3, 8), np.float32), rng.standard_normal((5, 8), np.float32)
+    assert np.allclose(hybrid_search.cosines(queries, vectors), queries @ vectors.T, atol=1e-5)
 
 
 def test_hybrid_without_model_behaves_as_bm25(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -324,3 +339,43 @@ def test_factory() -> None:
         assert make_searcher(backend, cache_dir=None).name == backend
     with pytest.raises(ValueError, match="unknown search backend 'bm52'"):
         make_searcher("bm52")
+
+
+def test_one_catalog_tuple_is_hashed_once_for_every_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    hashed: list[int] = []
+    real = index_cache.catalog_key
+    monkeypatch.setattr(index_cache, "catalog_key", lambda tools: hashed.append(1) or real(tools))
+    catalog = tuple(list(CATALOG))  # a new object, never seen before
+    first: IndexCache[int] = IndexCache(len)
+    second: IndexCache[int] = IndexCache(len)
+    assert first.get(catalog) == second.get(catalog) == len(CATALOG)
+    assert len(hashed) == 1
+    second.get(list(catalog))  # a list may change: hashed again
+    assert len(hashed) == 2
+
+
+def test_long_queries_are_cut_like_the_tokenizer_cuts() -> None:
+    assert embeddings._truncated([101, 5, 6, 7, 102], 3) == [101, 5, 102]
+    assert embeddings._truncated([101, 5, 102], 3) == [101, 5, 102]
+
+
+@pytest.mark.parametrize("backend", ["bm25", "regex", "fuzzy"])
+def test_the_warm_up_query_builds_the_fallback_index_too(backend: str) -> None:
+    from tooldisco.search import fuzzy_search
+    from tooldisco.search.base import WARM_UP_QUERY
+
+    index_cache.clear_all()  # every catalog is new again
+    before = fuzzy_search._INDEXES.builds
+    catalog = CATALOG[:9]
+    make_searcher(backend).rank(WARM_UP_QUERY, catalog, 1)
+    assert fuzzy_search._INDEXES.builds == before + 1
+
+
+def test_standardised_rows_of_an_empty_catalog() -> None:
+    import warnings
+
+    import numpy as np
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert standardised(np.zeros((2, 0))).shape == (2, 0)

@@ -165,7 +165,10 @@ class Relay:
             if watcher.done() and not watcher.cancelled():
                 conn.receive_data(watcher.result())  # the next request came early: h11 keeps it
             else:
+                # Wait for it to be gone: the next request on this connection reads the same
+                # stream, and a reader allows one waiting coroutine at a time.
                 watcher.cancel()
+                await asyncio.wait([watcher])
             await items.aclose()  # type: ignore[attr-defined]
 
 

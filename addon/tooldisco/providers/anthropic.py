@@ -67,6 +67,20 @@ def _keep_breakpoint(original: list[str], raws: list[str]) -> list[str]:
     return raws
 
 
+def deferred_text(raw: str) -> str:
+    """A tool definition text with ``"defer_loading": true`` set, every other byte kept."""
+    return jsonspan.set_member(raw, jsonspan.root(raw), "defer_loading", "true")
+
+
+def _result_content(result: ToolResult) -> Any:
+    """A tool_result's content: the text, then one ``tool_reference`` per tool it loads
+    natively (the API expands each into its definition right there)."""
+    if not result.loads:
+        return result.content
+    refs = [{"type": "tool_reference", "tool_name": t.name} for t in result.loads]
+    return [{"type": "text", "text": result.content}, *refs]
+
+
 @memoize(16 * MiB)
 def parse_tool(raw: str) -> Tool:
     d = json.loads(raw)
@@ -123,6 +137,17 @@ class AnthropicAdapter(AdapterDefaults):
             }
         )
 
+    def native_search(self, name: str) -> str:
+        return name  # the search is a client tool: its calls are tool_use blocks by that name
+
+    def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
+        hidden = set(deferred)
+        raws = [deferred_text(raw) if parse_tool(raw).name in hidden else raw for raw in tool_spans(body, ["tools"])]
+        return replace_array(body, ["tools"], [*raws, search])
+
+    def native_search_tool(self, name: str, description: str) -> str:
+        return self.phantom_tool(name, description)
+
     def calls(self, message: dict[str, Any]) -> list[ToolCall]:
         return [
             ToolCall(str(b.get("id")), str(b.get("name")), b.get("input"))
@@ -139,7 +164,7 @@ class AnthropicAdapter(AdapterDefaults):
         assistant = {"role": "assistant", "content": message.get("content") or []}
         blocks = []
         for r in results:
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.call.id, "content": r.content}
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.call.id, "content": _result_content(r)}
             if r.is_error:
                 block["is_error"] = True
             blocks.append(block)
@@ -167,6 +192,9 @@ class AnthropicAdapter(AdapterDefaults):
         if usage is not None:
             out["usage"] = usage
         return out
+
+    def shown(self, message: dict[str, Any]) -> list[Any]:
+        return [{"role": "assistant", "content": message.get("content")}]
 
     def decoder(self) -> StreamDecoder:
         from ..streams.anthropic import AnthropicStreamDecoder

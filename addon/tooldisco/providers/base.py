@@ -76,6 +76,9 @@ class ToolResult:
     call: ToolCall
     content: str
     is_error: bool = False
+    # Native deferral: the deferred tools this result loads where it stands (Anthropic
+    # ``tool_reference`` blocks, a Responses ``tool_search_output``'s tools); the tool list stays.
+    loads: tuple[Tool, ...] = ()
 
 
 @dataclass
@@ -184,4 +187,42 @@ class Adapter(Protocol):
     def stitcher(self, phantom: str, body: str) -> Stitcher:
         """A live stream stitcher for this API (``tooldisco.stitch``); ``body`` is the request
         as the client sent it (what echoed fields must show)."""
+        ...
+
+    # Hidden rounds put back into a client's history (``tooldisco.rounds``).
+
+    def history_path(self, body: str) -> tuple[str, ...] | None:
+        """Where the body's conversation is; None when the server holds it (a stored chain)."""
+        ...
+
+    def produced(self, entry: Any) -> bool:
+        """Whether a history entry is the model's own (an assistant turn, a Responses output item)."""
+        ...
+
+    def shown(self, message: dict[str, Any]) -> list[Any]:
+        """The history entries a client appends for this answer, as the answer showed them."""
+        ...
+
+    def comparable(self, entries: list[Any]) -> list[Any]:
+        """History entries reduced to what a client must send back unchanged for them to be
+        the ones it was shown (output-only fields a client may drop go)."""
+        ...
+
+
+class NativeAdapter(Adapter, Protocol):
+    """An API with cache-preserving deferral: deferred tools stay in ``tools[]`` marked
+    ``defer_loading`` (out of the prompt), and a search result loads found ones inline
+    (``ToolResult.loads``), so the prompt prefix the provider cached never changes."""
+
+    def native_search(self, name: str) -> str:
+        """The name the loop knows this API's native search call by."""
+        ...
+
+    def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
+        """Every client tool in the client's order, those named in ``deferred`` with
+        ``defer_loading: true`` added (nothing else of them changed), ``search`` appended last."""
+        ...
+
+    def native_search_tool(self, name: str, description: str) -> str:
+        """The search tool of native deferral, as definition text."""
         ...

@@ -36,6 +36,8 @@ from .common import (
 )
 
 _TOOLS = ["toolConfig", "tools"]
+# Bedrock gates Claude's deferred tools and tool references behind this beta, named in the body.
+TOOL_SEARCH_BETA = "tool-search-tool-2025-10-19"
 
 
 @memoize(16 * MiB)
@@ -190,6 +192,9 @@ class ConverseAdapter(AdapterDefaults):
                 out[key] = total
         return out
 
+    def shown(self, message: dict[str, Any]) -> list[Any]:
+        return [as_dict(message.get("output")).get("message")]
+
     def decoder(self) -> StreamDecoder:
         from ..streams.bedrock import ConverseStreamDecoder
 
@@ -204,6 +209,18 @@ class ConverseAdapter(AdapterDefaults):
         from ..stitch.bedrock_converse import ConverseStitcher
 
         return ConverseStitcher(phantom)
+
+
+def _with_beta(body: str, beta: str) -> str:
+    """``anthropic_beta`` naming ``beta``: added to the client's list, or a list of its own."""
+    betas = load_object(body).get("anthropic_beta")
+    if isinstance(betas, list) and beta in betas:
+        return body
+    if isinstance(betas, list):
+        return append_array(body, ["anthropic_beta"], [jsonspan.dumps(beta)])
+    if betas is not None:
+        raise Unsupported("anthropic_beta is not a list")
+    return jsonspan.set_member(body, jsonspan.root(body), "anthropic_beta", jsonspan.array_text([jsonspan.dumps(beta)]))
 
 
 def _content(message: dict[str, Any]) -> list[Any]:
@@ -229,8 +246,12 @@ class InvokeAdapter(AnthropicAdapter):
         names = {"input_tokens": "x-amzn-bedrock-input-token-count", "output_tokens": "x-amzn-bedrock-output-token-count"}
         return {h: str(usage[k]) for k, h in names.items() if isinstance(usage.get(k), int)}
 
-    def __init__(self, stream: bool = False) -> None:
+    def __init__(self, stream: bool = False, model: str = "") -> None:
         self.stream = stream
+        self.model = model  # the model id from the path (the body names none)
+
+    def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
+        return _with_beta(super().native_tools(body, deferred, search), TOOL_SEARCH_BETA)
 
     def parse(self, body: str) -> RequestView:
         # Bedrock requires anthropic_version in a Claude body; other model families (Llama,

@@ -109,6 +109,15 @@ class AdapterDefaults:
     def continue_from(self, body: str, response_id: str) -> str:
         return body
 
+    def history_path(self, body: str) -> tuple[str, ...] | None:
+        return ("messages",)
+
+    def produced(self, entry: Any) -> bool:
+        return isinstance(entry, dict) and entry.get("role") == "assistant"
+
+    def comparable(self, entries: list[Any]) -> list[Any]:
+        return entries
+
 
 def query_schema(*, upper: bool = False, strict: bool = False) -> dict[str, Any]:
     """The phantom tool's one parameter. Gemini's OpenAPI subset spells types upper-case;

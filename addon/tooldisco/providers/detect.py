@@ -16,12 +16,11 @@ _ANTHROPIC = AnthropicAdapter()
 _CHAT = OpenAIChatAdapter()
 _RESPONSES = OpenAIResponsesAdapter()
 _CONVERSE = {stream: ConverseAdapter(stream) for stream in (False, True)}
-_INVOKE = {stream: InvokeAdapter(stream) for stream in (False, True)}
 
 # .../models/{m}:generateContent, also tunedModels and Vertex's .../publishers/google/models/{m}.
 _GEMINI = re.compile(r"/(?:models|tunedModels)/[^/]+:(generateContent|streamGenerateContent)$")
 # /model/{id}/{operation}; the id may be a URL-encoded ARN (%3A, %2F) or, unencoded, hold slashes.
-_BEDROCK = re.compile(r"/model/.+/(converse|converse-stream|invoke|invoke-with-response-stream)$")
+_BEDROCK = re.compile(r"/model/(.+)/(converse|converse-stream|invoke|invoke-with-response-stream)$")
 
 
 def _alt_sse(query: str) -> bool:
@@ -54,8 +53,8 @@ def detect(method: str, path: str, host: str | None = None) -> Adapter | None:
         stream = gemini.group(1) == "streamGenerateContent"
         return GeminiAdapter(stream=stream, sse=stream and _alt_sse(query))
     if bedrock := _BEDROCK.search(p):
-        operation = bedrock.group(1)
+        operation = bedrock.group(2)
         if operation.startswith("converse"):
             return _CONVERSE[operation == "converse-stream"]
-        return _INVOKE[operation == "invoke-with-response-stream"]
+        return InvokeAdapter(operation == "invoke-with-response-stream", unquote(bedrock.group(1)))
     return None

@@ -87,6 +87,22 @@ def _call_parts(message: dict[str, Any]) -> list[tuple[ToolCall, dict[str, Any]]
     return _calls_in(_parts(message))
 
 
+_SIGNATURES = frozenset({"thoughtSignature", "thought_signature"})
+_INLINE = frozenset({"inlineData", "inline_data"})
+_STANDARD_BASE64 = str.maketrans("-_", "+/", "=")
+
+
+def _same_bytes(value: Any, inline: bool = False) -> Any:
+    """``value`` with its base64 bytes fields in the standard alphabet, unpadded."""
+    if isinstance(value, dict):
+        return {k: v.translate(_STANDARD_BASE64)
+                if isinstance(v, str) and (k in _SIGNATURES or (inline and k == "data"))
+                else _same_bytes(v, k in _INLINE) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_same_bytes(v) for v in value]
+    return value
+
+
 def _by_modality(lists: Iterable[Any]) -> list[dict[str, Any]]:
     """``*TokensDetails`` lists (``[{modality, tokenCount}]``) summed modality by modality."""
     counts: dict[str | None, int] = {}
@@ -266,6 +282,21 @@ class GeminiAdapter(AdapterDefaults):
                     usage[key] = _by_modality(u.get(key) for u in usages)
             out["usageMetadata"] = usage
         return out
+
+    def history_path(self, body: str) -> tuple[str, ...] | None:
+        return ("contents",)
+
+    def produced(self, entry: Any) -> bool:
+        return isinstance(entry, dict) and entry.get("role") == "model"
+
+    def shown(self, message: dict[str, Any]) -> list[Any]:
+        candidates = as_list(message.get("candidates"))
+        return [as_dict(candidates[0]).get("content") if candidates else None]
+
+    def comparable(self, entries: list[Any]) -> list[Any]:
+        """Bytes fields (``thoughtSignature``, inline data) in one base64 alphabet: google-genai
+        decodes them and sends them back URL-safe; the API reads either."""
+        return [_same_bytes(e) for e in entries]
 
     def decoder(self) -> StreamDecoder:
         from ..streams.gemini import GeminiStreamDecoder

@@ -74,6 +74,10 @@ def forced_names(choice: Any) -> set[str]:
     return set()
 
 
+# The members of an assistant message the API reads back as input.
+_INPUT_FIELDS = frozenset({"role", "content", "refusal", "name", "tool_calls", "function_call", "audio"})
+
+
 def _first_message(completion: dict[str, Any]) -> dict[str, Any]:
     """The first choice's message (``{}`` when the completion has none)."""
     choices = as_list(completion.get("choices"))
@@ -145,11 +149,13 @@ class OpenAIChatAdapter(AdapterDefaults):
         assistant: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
         if msg.get("refusal"):
             assistant["refusal"] = msg["refusal"]
-        assistant["tool_calls"] = [
+        calls = [
             {"id": tc["id"], "type": "function", "function": {"name": tc["function"]["name"],
                                                                "arguments": tc["function"].get("arguments", "")}}
             for tc in msg.get("tool_calls") or []
         ]
+        if calls:  # the API refuses an empty list (a turn replayed without its calls: ``rounds``)
+            assistant["tool_calls"] = calls
         # Every tool_call id needs a role:"tool" message before the next turn.
         tool_msgs = [
             jsonspan.dumps({"role": "tool", "tool_call_id": r.call.id, "content": r.content}) for r in results
@@ -197,6 +203,22 @@ class OpenAIChatAdapter(AdapterDefaults):
         usage = sum_usage(r.get("usage") for r in rounds)
         if usage is not None:
             out["usage"] = usage
+        return out
+
+    def shown(self, message: dict[str, Any]) -> list[Any]:
+        return [_first_message(message)]
+
+    def comparable(self, entries: list[Any]) -> list[Any]:
+        """What an input assistant message carries: fields only answers have (``annotations``)
+        are the client's to drop, and so are a call's extras; no text is no text, whether a
+        client writes it ``""`` or ``null`` (a stream's assembly gives either)."""
+        out = []
+        for m in entries:
+            m = {k: v for k, v in as_dict(m).items() if k in _INPUT_FIELDS and not (k == "content" and v == "")}
+            if "tool_calls" in m:
+                m["tool_calls"] = [{"id": tc.get("id"), "type": tc.get("type"), "function": tc.get("function")}
+                                   for tc in _calls_of(m)]
+            out.append(m)
         return out
 
     def decoder(self) -> StreamDecoder:

@@ -1,8 +1,10 @@
 """OpenAI Responses (``POST /v1/responses``; Azure ``/openai/responses``, ``/openai/v1/responses``).
 
-Codex CLI speaks only this API. Tools are flat (``{type:"function", name, parameters…}``);
-everything that is not a plain function (namespaces of MCP tools, tool_search, hosted and
-client built-ins) passes through pinned. A re-forward continues the conversation in one of
+Codex CLI speaks only this API. Tools are flat (``{type:"function", name, parameters…}``) or
+grouped in a ``namespace`` (Codex sends each MCP server as one): each function of a namespace is
+a tool of its own, named ``namespace.name`` as the model calls it, whose definition text is its
+namespace around that one function; ``with_tools`` puts a namespace's functions back into one
+entry. Everything else (tool_search, hosted and client built-ins) passes through pinned. A re-forward continues the conversation in one of
 three ways, depending on where the conversation lives (see ``continue_after``).
 """
 
@@ -15,6 +17,7 @@ from .. import jsonspan
 from ..bytecache import MiB, memoize
 from ..stitch.base import Stitcher
 from ..streams.common import as_list
+from .anthropic import deferred_text
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
     AdapterDefaults,
@@ -28,11 +31,16 @@ from .common import (
     query_schema,
     replace_array,
     sum_usage,
+    tool_spans,
     user_text,
 )
 from .openai_chat import forced_names
 
 _CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
+# Native deferral: the model searches with a client-executed ``tool_search`` tool; the loop
+# knows its ``tool_search_call`` items by this name (a function of that name is never deferred
+# natively, see ``strategies.native``).
+TOOL_SEARCH = "tool_search"
 
 
 def _message_texts(content: Any) -> list[Any]:
@@ -44,16 +52,84 @@ def _message_texts(content: Any) -> list[Any]:
 
 
 def _qualified(item: dict[str, Any]) -> str:
-    """A call's tool name; a call inside a namespace (Codex's MCP servers) is ``namespace/name``, so
-    it can never be taken for the top-level phantom tool."""
+    """A call's tool name; a call inside a namespace (Codex's MCP servers) is ``namespace.name``,
+    the name its function is parsed under (a flat function's name has no dot, so it can never be
+    taken for the top-level phantom tool)."""
     name = str(item.get("name"))
     namespace = item.get("namespace")
-    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+    return f"{namespace}.{name}" if isinstance(namespace, str) and namespace else name
+
+
+@memoize(16 * MiB)
+def _namespace(raw: str) -> tuple[str, tuple[str, ...]] | None:
+    """A namespace tool's name and its tools' texts (byte-exact), or None: another kind of tool,
+    or a namespace we cannot read (it then passes whole, pinned)."""
+    if '"namespace"' not in raw:
+        return None
+    d = json.loads(raw)
+    if not (isinstance(d, dict) and d.get("type") == "namespace" and isinstance(d.get("name"), str)):
+        return None
+    span = jsonspan.find(raw, ["tools"])
+    inner = d.get("tools")
+    if span is None or not isinstance(inner, list) or not inner:
+        return None
+    if not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in inner):
+        return None
+    return d["name"], tuple(raw[a:b] for a, b in jsonspan.elements(raw, span))
+
+
+def _split(tool: Tool) -> list[Tool]:
+    """A namespace as one tool per function (its namespace around that function), so each can be
+    deferred, found and called on its own; any other tool as it is."""
+    parts = _namespace(tool.raw)
+    if parts is None or len(parts[1]) == 1:
+        return [tool]
+    return [parse_tool(replace_array(tool.raw, ["tools"], [fn])) for fn in parts[1]]
+
+
+def _merged(raws: Sequence[str]) -> list[str]:
+    """Definition texts with the functions of one namespace back in one entry, where its first
+    stands, in the order given. A namespace none of whose functions is here is simply absent."""
+    out: list[str] = []
+    at: dict[str, int] = {}
+    functions: dict[str, list[str]] = {}
+    for raw in raws:
+        parts = _namespace(raw)
+        if parts is None:
+            out.append(raw)
+        elif parts[0] in at:
+            functions[parts[0]] += [fn for fn in parts[1] if fn not in functions[parts[0]]]
+        else:
+            at[parts[0]] = len(out)
+            functions[parts[0]] = list(parts[1])
+            out.append(raw)
+    for name, i in at.items():
+        if len(functions[name]) != len(_namespace(out[i])[1]):  # type: ignore[index]
+            out[i] = replace_array(out[i], ["tools"], functions[name])
+    return out
+
+
+def _client_search(item: Any) -> bool:
+    """A ``tool_search_call`` the client must answer (one the server ran is the API's own)."""
+    return isinstance(item, dict) and item.get("type") == "tool_search_call" and item.get("execution") == "client"
 
 
 def phantom_call(item: Any, names: Collection[str]) -> bool:
-    """A ``function_call`` item calling one of ``names`` (a call inside a namespace never is)."""
+    """A ``function_call`` item calling one of ``names`` (a call inside a namespace never is), or,
+    when ``names`` holds ``TOOL_SEARCH``, a client-executed ``tool_search_call``."""
+    if _client_search(item):
+        return TOOL_SEARCH in names
     return isinstance(item, dict) and item.get("type") == "function_call" and _qualified(item) in names
+
+
+def _output_item(result: ToolResult) -> str:
+    """The input item answering one call: a ``tool_search_output`` whose tools are the loaded
+    definitions (their client bytes) for a native search, else a ``function_call_output``."""
+    if result.call.name != TOOL_SEARCH:
+        return jsonspan.dumps({"type": "function_call_output", "call_id": result.call.id, "output": result.content})
+    head = jsonspan.dumps({"type": "tool_search_output", "call_id": result.call.id, "execution": "client",
+                           "status": "completed"})
+    return head[:-1] + ',"tools":' + jsonspan.array_text([t.raw for t in result.loads]) + "}"
 
 
 # A Response echoes the request's ``tools`` and ``tool_choice``; for a field the request left
@@ -78,9 +154,18 @@ def parse_tool(raw: str) -> Tool:
     if not isinstance(d, dict):
         raise Unsupported("a tool is not an object")
     kind = d.get("type")
+    if (parts := _namespace(raw)) is not None and len(parts[1]) == 1:
+        # One function of a namespace, named as the model calls it; deferred if the client defers it.
+        fn = json.loads(parts[1][0])
+        desc = fn.get("description")
+        deferred = fn.get("defer_loading") is True or d.get("defer_loading") is True
+        pinned = "client_deferred" if deferred else None if fn.get("type") == "function" else "builtin"
+        return Tool(f"{parts[0]}.{fn['name']}", raw, desc if isinstance(desc, str) else "",
+                    params_of(fn.get("parameters")), pinned)
     if kind != "function":
-        # namespace, tool_search, web_search, file_search, mcp, shell, local_shell, apply_patch, custom,
-        # computer_use_preview, image_generation, code_interpreter…: the API's or the client's own.
+        # tool_search, web_search, file_search, mcp, shell, local_shell, apply_patch, custom,
+        # computer_use_preview, image_generation, code_interpreter, an unreadable namespace…: the
+        # API's or the client's own.
         name = d.get("name") or d.get("server_label") or f"<{kind}>"
         return Tool(str(name), raw, pinned="builtin")
     if not isinstance(d.get("name"), str):
@@ -146,7 +231,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
             items = [{"role": "user", "content": items}]
         if not isinstance(items, list):
             raise Unsupported("input is neither text nor a list of items")
-        tools = parsed_tools(body, ["tools"], parse_tool)
+        tools = tuple(t for tool in parsed_tools(body, ["tools"], parse_tool) for t in _split(tool))
         check_unique(tools)
         history = History()
         for item in items:
@@ -158,10 +243,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
             if kind == "message" and item.get("role") == "user":
                 history.user(user_text(_message_texts(item.get("content"))))
             elif kind in _CALLS:
-                # A namespaced call uses its namespace, which is the entry in tools[].
-                namespace = item.get("namespace")
-                name = namespace if isinstance(namespace, str) and namespace else item.get("name")
-                history.calls[str(item.get("call_id"))] = str(name)
+                history.calls[str(item.get("call_id"))] = _qualified(item)
             elif kind in _CALLS.values():
                 history.answered.add(str(item.get("call_id")))
         # tool_choice {type:"function", name} and {type:"allowed_tools", tools:[{type:"function", name}]}
@@ -170,7 +252,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
                             continues=data.get("previous_response_id") if _stored(data) else None)
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
-        return replace_array(body, ["tools"], raws)
+        return replace_array(body, ["tools"], _merged(raws))
 
     def phantom_tool(self, name: str, description: str) -> str:
         # A strict-compatible schema (all properties required, no others), so whether the API
@@ -184,12 +266,34 @@ class OpenAIResponsesAdapter(AdapterDefaults):
             }
         )
 
+    def native_search(self, name: str) -> str:
+        return TOOL_SEARCH
+
+    def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
+        """Deferred functions of a namespace get ``defer_loading`` inside it (the API's rule for
+        namespaces); the namespace entry stays where the client put it."""
+        hidden = set(deferred)
+        raws = []
+        for raw in tool_spans(body, ["tools"]):
+            if (parts := _namespace(raw)) is not None:
+                fns = [deferred_text(fn) if f"{parts[0]}.{json.loads(fn)['name']}" in hidden else fn for fn in parts[1]]
+                raws.append(raw if fns == list(parts[1]) else replace_array(raw, ["tools"], fns))
+            else:
+                raws.append(deferred_text(raw) if parse_tool(raw).name in hidden else raw)
+        return replace_array(body, ["tools"], [*raws, search])
+
+    def native_search_tool(self, name: str, description: str) -> str:
+        return jsonspan.dumps({"type": "tool_search", "execution": "client", "description": description,
+                               "parameters": query_schema(strict=True)})
+
     def calls(self, message: dict[str, Any]) -> list[ToolCall]:
-        return [
-            ToolCall(str(item.get("call_id")), _qualified(item), parse_arguments(item.get("arguments")))
-            for item in as_list(message.get("output"))
-            if isinstance(item, dict) and item.get("type") == "function_call"
-        ]
+        out = []
+        for item in as_list(message.get("output")):
+            if _client_search(item):
+                out.append(ToolCall(str(item.get("call_id")), TOOL_SEARCH, parse_arguments(item.get("arguments"))))
+            elif isinstance(item, dict) and item.get("type") == "function_call":
+                out.append(ToolCall(str(item.get("call_id")), _qualified(item), parse_arguments(item.get("arguments"))))
+        return out
 
     def continue_after(
         self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
@@ -206,11 +310,9 @@ class OpenAIResponsesAdapter(AdapterDefaults):
           with its encrypted_content), then the outputs. A string input becomes a user message.
         """
         data = load_object(body)
-        # Every function_call needs its function_call_output (same call_id) in the next input.
-        outputs = [
-            jsonspan.dumps({"type": "function_call_output", "call_id": r.call.id, "output": r.content})
-            for r in results
-        ]
+        # Every function_call needs its function_call_output (same call_id) in the next input,
+        # every client tool_search_call its tool_search_output.
+        outputs = [_output_item(r) for r in results]
         if data.get("previous_response_id") and _stored(data) and isinstance(message.get("id"), str):
             body = jsonspan.set_member(body, jsonspan.root(body), "previous_response_id", jsonspan.dumps(message["id"]))
             body = replace_array(body, ["input"], outputs)
@@ -223,6 +325,8 @@ class OpenAIResponsesAdapter(AdapterDefaults):
                 body = jsonspan.replace(body, span, '[{"role":"user","content":' + body[span[0] : span[1]] + "}]")
             replay = [jsonspan.dumps(item) for item in _replay(message.get("output"), _stored(data))]
             body = append_array(body, ["input"], replay + outputs)
+        if any(_namespace(raw) is not None for raw in add_raws):  # found functions go into their namespace
+            return self.with_tools(body, [*tool_spans(body, ["tools"]), *add_raws])
         return append_array(body, ["tools"], add_raws) if add_raws else body
 
     def response_id(self, message: dict[str, Any]) -> str | None:
@@ -234,8 +338,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         # turn ("No tool output found for function call …"): the outputs must follow.
         if not _stored(load_object(body)):
             return []
-        return [jsonspan.dumps({"type": "function_call_output", "call_id": r.call.id, "output": r.content})
-                for r in results]
+        return [_output_item(r) for r in results]
 
     def continue_from(self, body: str, response_id: str) -> str:
         return jsonspan.set_member(body, jsonspan.root(body), "previous_response_id", jsonspan.dumps(response_id))
@@ -286,6 +389,28 @@ class OpenAIResponsesAdapter(AdapterDefaults):
             if jsonspan.find(response, [key]) is not None:
                 response = jsonspan.set_member(response, jsonspan.root(response), key, raw)
         return response
+
+    def history_path(self, body: str) -> tuple[str, ...] | None:
+        data = load_object(body)
+        if (data.get("previous_response_id") and _stored(data)) or data.get("conversation") is not None:
+            return None  # the server holds the real rounds: continue_from / link keep the chain
+        return ("input",)
+
+    def produced(self, entry: Any) -> bool:
+        if not isinstance(entry, dict):
+            return False
+        kind = entry.get("type", "message")
+        if kind == "message":
+            return entry.get("role") == "assistant"
+        return isinstance(kind, str) and not kind.endswith("_output") and kind != "item_reference"
+
+    def shown(self, message: dict[str, Any]) -> list[Any]:
+        return list(as_list(message.get("output")))
+
+    def comparable(self, entries: list[Any]) -> list[Any]:
+        """Item ids and statuses are what a ``store:false`` client drops (they name nothing
+        stored), and so is a reasoning item that carries no content."""
+        return [{k: v for k, v in item.items() if k != "status"} for item in _replay(entries, stored=False)]
 
     def decoder(self) -> StreamDecoder:
         from ..streams.openai_responses import ResponsesStreamDecoder

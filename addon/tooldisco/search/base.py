@@ -21,6 +21,12 @@ from ..providers.base import Tool
 MAX_QUERY_CHARS = 1000
 
 
+#: A query that builds every index a backend may need for a catalog, ahead of its first
+#: search: words no catalog has take every backend down its fallback path too (fuzzy
+#: keywords, which take seconds to build at 10k tools: too long inside a search's budget).
+WARM_UP_QUERY = "zqxjv wkpfy"
+
+
 class QueryError(ValueError):
     """The query cannot be searched as given; the message is meant for the model."""
 
@@ -33,6 +39,9 @@ class Ranking:
     backend: str
     # Why the asked-for backend handed over to ``backend`` (None when it did not).
     fallback: str | None = None
+    # The server the query named (``names``): ``names`` then holds all its tools, more
+    # than the limit asked for, and the caller loads the first and lists the rest.
+    group: str | None = None
 
 
 class Searcher(Protocol):

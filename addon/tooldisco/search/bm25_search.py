@@ -1,4 +1,4 @@
-"""Okapi BM25 over tool definitions (k1 1.2, b 0.75), as a precomputed inverted index.
+"""Okapi BM25 over tool definitions (k1 1.2, b 0.5), as a precomputed inverted index.
 
 Why: keyword search needs no model, explains itself, and is what a tool name query
 ("github create issue") wants. The catalog is indexed once: every (term, tool) weight
@@ -7,8 +7,12 @@ lists and a partial sort, well under a millisecond at 10k tools.
 
 The document of a tool is its fields (``documents``) with their weights: the name
 counts twice (seed 002's name boost), parameter descriptions and schema values less.
-A query none of whose terms occurs in the catalog is most likely misspelt: it is
-answered by the fuzzy backend instead of with nothing.
+Length normalisation is milder than the textbook 0.75 (b = 0.5): a tool's definition
+is long because it has many parameters, not because it rambles; on BFCL that is worth
+0.4 points of recall@5. Tools that have more of the query's terms are preferred
+(``COORDINATION``). A query with several intents is diversified across them
+(``intents``). A query none of whose terms occurs in the catalog is most likely
+misspelt: it is answered by the fuzzy backend instead of with nothing.
 """
 
 from __future__ import annotations
@@ -24,11 +28,21 @@ from ..providers.base import Tool
 from .base import Ranking, SearcherBase
 from .documents import FIELD_WEIGHTS, fields
 from .fuzzy_search import fuzzy_index
+from .intents import search
 from .index_cache import IndexCache
 from .tokens import terms
 
 K1 = 1.2
-B = 0.75
+B = 0.5
+# Lucene's classic coordination factor, softened: a tool's score is scaled by the share of
+# the query's terms it has, to this power, so one rare word (a "3D" in a movie request
+# matching a protein tool) weighs less than several of the request's words. Measured
+# (recall@5, BFCL / BFCL multi-turn / 2-3 BFCL queries pasted together): 0 gives
+# 0.888 / 0.778 / 0.725, 0.25 0.890 / 0.779 / 0.728 (0.892 on BFCL when the whole of a
+# multi-intent query is coordinated too, but then a tool for one of its intents sinks),
+# 0.5 0.888 / 0.773 / 0.724. Hybrid fuses the raw scores: there it cost multi-turn half
+# a point.
+COORDINATION = 0.25
 
 
 def document(tool: Tool) -> Counter[str]:
@@ -74,26 +88,36 @@ class BM25Index:
         order[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(n, dtype=np.int32)
         return cls(names=names, postings=postings, name_order=order)
 
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every tool for ``query`` (each distinct query term counted once)."""
+    def scores(self, query: str, coordination: float = 0.0) -> np.ndarray:
+        """BM25 score of every tool for ``query`` (each distinct query term counted once),
+        times the share of the query's terms the tool has, to the power ``coordination``."""
+        query_terms = set(terms(query))
         scores = np.zeros(len(self.names), dtype=np.float32)
-        for term in set(terms(query)):
+        matched = np.zeros(len(self.names), dtype=np.float32)
+        for term in query_terms:
             posting = self.postings.get(term)
             if posting is not None:
                 scores[posting[0]] += posting[1]
+                matched[posting[0]] += 1.0
+        if coordination and query_terms:
+            scores *= (matched / len(query_terms)) ** coordination
         return scores
 
+    def candidate_scores(self, texts: Sequence[str]) -> np.ndarray:
+        """One row of ranking scores per text (``intents``' scorer: the whole query, then
+        its intents); -inf for tools without a term in common. Coordination
+        (``COORDINATION``) scores a single request, or each intent: no one tool is meant
+        to have the words of all a multi-intent query asks."""
+        rows = np.stack([
+            self.scores(text, 0.0 if k == 0 and len(texts) > 1 else COORDINATION) for k, text in enumerate(texts)
+        ]).astype(np.float64)
+        rows[rows <= 0] = -np.inf
+        return rows
+
     def top(self, query: str, limit: int) -> list[int]:
-        """Indexes of the best ``limit`` tools with a positive score, best first, ties by name."""
-        if limit <= 0:
-            return []
-        scores = self.scores(query)
-        hits = np.flatnonzero(scores > 0)
-        if len(hits) > limit:
-            kth = np.partition(scores[hits], len(hits) - limit)[len(hits) - limit]
-            hits = hits[scores[hits] >= kth]  # keep every tie at the cut, sorted below
-        order = np.lexsort((self.name_order[hits], -scores[hits]))
-        return hits[order][:limit].tolist()
+        """Indexes of the best ``limit`` tools with a positive score, best first, ties by
+        name, diversified across the query's intents."""
+        return search(self.candidate_scores, query, limit, self.name_order)
 
 
 _INDEXES: IndexCache[BM25Index] = IndexCache(BM25Index.build)

@@ -10,16 +10,22 @@ from .base import Searcher
 from .bm25_search import BM25Searcher
 from .fuzzy_search import FuzzySearcher
 from .hybrid_search import HybridSearcher
+from .names import NamedFirst
 from .regex_search import RegexSearcher
 
 BACKENDS: tuple[str, ...] = ("regex", "bm25", "hybrid", "fuzzy")
 
 
 def make_searcher(backend: str, *, cache_dir: str | None = None) -> Searcher:
-    """A searcher for ``backend``; ``cache_dir`` holds hybrid's embedding cache.
+    """A searcher for ``backend`` that ranks the tools a query names first (``names``);
+    ``cache_dir`` holds hybrid's embedding cache.
 
     Raises ``ValueError`` for an unknown name (config reports it against its key).
     """
+    return NamedFirst(_backend(backend, cache_dir))
+
+
+def _backend(backend: str, cache_dir: str | None) -> Searcher:
     if backend == "regex":
         return RegexSearcher()
     if backend == "bm25":

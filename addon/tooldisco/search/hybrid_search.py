@@ -1,86 +1,58 @@
-"""BM25 and embedding similarity fused by Reciprocal Rank Fusion (seed 002).
+"""BM25 and embedding similarity, fused by standardised scores.
 
 Why: BM25 finds exact names and rare terms, embeddings find paraphrases; their scores
-live on incomparable scales, so they are fused by rank: a tool scores
-``sum(weight / (K + rank))`` over the two candidate lists (K = 60, at least
-``MIN_CANDIDATES`` from each side). The keyword side is ``keyword_top``: BM25, or
-fuzzy keywords when no BM25 term matches, so a misspelt query still finds its tool.
-Without the embedding model (the optional ``semantic`` extra) the search is that
-keyword side alone, and its ``Ranking`` says so.
+live on incomparable scales. Seed 002 fuses their ranks (RRF, K = 60), which throws away
+how far ahead a tool is; here each side's scores over the catalog are standardised
+(z-scores, per query) and added with ``LEXICAL_WEIGHT``. Measured on BFCL (recall@5):
+RRF 0.900, z-score fusion 0.913 (with BM25's b = 0.5 on both).
 
-A request often asks for several things ("First, find ... Then, book ..."); one
-vector for the whole text lands between the intents and finds neither. So each
-sentence of a multi-sentence query is also embedded, and the semantic candidate list
-takes the best tool of the whole query, then of each sentence, round-robin. BM25 needs
-no such help: its score already sums over every term of every sentence.
+A tool is a candidate when it shares a term with the query (BM25; fuzzy keywords when no
+BM25 term matches, so a misspelt query still finds its tool) or its similarity reaches
+``MIN_SIMILARITY``. A query with several intents is scored per intent in the same model
+batch and diversified across them (``intents``). Without the embedding model (the
+optional ``semantic`` extra) the search is BM25 alone, and its ``Ranking`` says so.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
-import regex
 
 from ..providers.base import Tool
 from .base import Ranking, SearcherBase
-from .bm25_search import keyword_top
+from .bm25_search import bm25_index, keyword_top
 from .embeddings import Embedder, load_embedder
-from .tokens import words
+from .fuzzy_search import fuzzy_index
+from .intents import search
 
-RRF_K = 60
-MIN_CANDIDATES = 30
-LEXICAL_WEIGHT = 1.0
-SEMANTIC_WEIGHT = 1.0
+#: Weight of the lexical side's z-score; the semantic side gets the rest.
+LEXICAL_WEIGHT = 0.4
 # Similarity (a cosine; for tools, the mean over their views) below which a tool is no
 # semantic candidate: gibberish and typos ("xyzzy", "wether") reach about 0.2 against
 # any tool, relevant pairs are mostly 0.3 and up.
 MIN_SIMILARITY = 0.2
-MIN_SENTENCE_WORDS = 3  # shorter sentences ("Thanks!") carry no intent of their own
-MAX_SENTENCES = 8  # each costs a forward pass of the model
-
-_SENTENCE_END = regex.compile(r"(?<=[.?!;])\s+|\n+")
-
-
-def rrf(rankings: Iterable[tuple[Sequence[int], float]], limit: int) -> list[int]:
-    """Fuse ranked lists of ids, each with a weight; best first, ties by first appearance."""
-    fused: dict[int, float] = {}
-    for ranked, weight in rankings:
-        for rank, item in enumerate(ranked, start=1):
-            fused[item] = fused.get(item, 0.0) + weight / (RRF_K + rank)
-    return sorted(fused, key=lambda item: -fused[item])[: max(limit, 0)]
+# xQuAD's lambda (``intents``): a fused score per intent covers it better than BM25 alone,
+# so hybrid diversifies more than BM25's 0.5. Measured (recall@5, BFCL / 2-3 BFCL queries
+# pasted together): 0.5 gives 0.913 / 0.725, 0.6 gives 0.912 / 0.736, 0.7 0.910 / 0.746.
+DIVERSITY = 0.6
 
 
-def round_robin(rankings: Sequence[Sequence[int]], limit: int) -> list[int]:
-    """First of each list, then second of each, ..., without repeats."""
-    out: list[int] = []
-    seen: set[int] = set()
-    for depth in range(max((len(r) for r in rankings), default=0)):
-        for ranked in rankings:
-            if depth < len(ranked) and ranked[depth] not in seen:
-                seen.add(ranked[depth])
-                out.append(ranked[depth])
-    return out[:limit]
+def standardised(rows: np.ndarray) -> np.ndarray:
+    """Each row as z-scores (a constant row is all zeros)."""
+    if rows.size == 0:
+        return rows
+    spread = rows.std(axis=1, keepdims=True)
+    return (rows - rows.mean(axis=1, keepdims=True)) / np.where(spread > 0, spread, 1.0)
 
 
-def sentences(query: str) -> list[str]:
-    """The sentences of a multi-sentence query worth embedding on their own; [] for one."""
-    parts = [p.strip() for p in _SENTENCE_END.split(query)]
-    parts = [p for p in parts if len(words(p)) >= MIN_SENTENCE_WORDS]
-    return parts[:MAX_SENTENCES] if len(parts) > 1 else []
+def cosines(queries: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """Each query's dot product with every tool vector, one row per query.
 
-
-def semantic_top(embedder: Embedder, vectors: np.ndarray, query: str, depth: int) -> list[int]:
-    """Tool indexes by cosine similarity (at least ``MIN_SIMILARITY``): the whole
-    query's best and each sentence's best, round-robin."""
-    queries = [query, *sentences(query)]
-    similarity = embedder.embed_queries(queries) @ vectors.T
-    rows = []
-    for row in similarity:
-        top = np.argpartition(-row, depth)[:depth] if len(row) > depth else np.arange(len(row))
-        top = top[np.argsort(-row[top], kind="stable")]
-        rows.append(top[row[top] >= MIN_SIMILARITY].tolist())
-    return round_robin(rows, depth)
+    ``einsum``'s own loop, not BLAS: a product this small (k x 384 by 10k x 384) runs
+    single-threaded in about a millisecond, while multithreaded BLAS spent 8 times the CPU
+    time and 5 times the wall time on a busy 2-core machine, waiting for its threads."""
+    return np.einsum("qd,td->qt", queries, vectors, optimize=False).astype(np.float64)
 
 
 class HybridSearcher(SearcherBase):
@@ -99,8 +71,20 @@ class HybridSearcher(SearcherBase):
             hits, no_match = keyword_top(query, tools, limit)
             why = "embedding model unavailable" + (f"; {no_match}" if no_match else "")
             return Ranking([tools[i].name for i in hits], "fuzzy" if no_match else "bm25", why)
-        depth = max(MIN_CANDIDATES, 3 * limit)
-        lexical, _ = keyword_top(query, tools, depth)
-        semantic = semantic_top(embedder, embedder.catalogs.get(tools), query, depth)
-        fused = rrf([(lexical, LEXICAL_WEIGHT), (semantic, SEMANTIC_WEIGHT)], limit)
-        return Ranking([tools[i].name for i in fused], self.name)
+        vectors = embedder.catalogs.get(tools)
+
+        def fused(texts: Sequence[str]) -> np.ndarray:
+            lexical = np.stack([_lexical(text, tools) for text in texts])
+            similarity = cosines(embedder.embed_queries(texts), vectors)
+            scores = LEXICAL_WEIGHT * standardised(lexical) + (1 - LEXICAL_WEIGHT) * standardised(similarity)
+            scores[(lexical <= 0) & (similarity < MIN_SIMILARITY)] = -np.inf
+            return scores
+
+        hits = search(fused, query, limit, bm25_index(tools).name_order, DIVERSITY)
+        return Ranking([tools[i].name for i in hits], self.name)
+
+
+def _lexical(text: str, tools: Sequence[Tool]) -> np.ndarray:
+    """BM25 scores of ``text``; fuzzy keyword scores when no BM25 term matches."""
+    scores = bm25_index(tools).scores(text).astype(np.float64)
+    return scores if scores.any() else fuzzy_index(tools).scores(text).astype(np.float64)

@@ -24,6 +24,11 @@ DEFAULT_MAX_BYTES = 64 * MiB
 
 _ALL: weakref.WeakSet[IndexCache[object]] = weakref.WeakSet()
 
+# The last tuple of tools seen and its key, shared by every cache: one search consults
+# several (names, BM25, fuzzy, embeddings) with the same tuple, which is hashed once.
+# A tuple of frozen tools cannot change, so the very same object has the same key.
+_last: tuple[tuple[Tool, ...], str] | None = None
+
 
 def clear_all() -> None:
     """Drop every cached index (tests and benchmarks measure cold builds with it)."""
@@ -44,19 +49,17 @@ class IndexCache(Generic[IndexT]):
         self._entries: ByteLRU[str, IndexT] = ByteLRU(max_bytes, sizeof)
         self._lock = threading.Lock()
         self._pending: dict[str, threading.Event] = {}  # keys being built, set when done
-        # The last tuple seen and its key: a tuple of frozen tools cannot change, so
-        # asking again with the very same object skips hashing the definitions.
-        self._last: tuple[tuple[Tool, ...], str] | None = None
         self.builds = 0  # how many indexes were built (for tests and telemetry)
         _ALL.add(self)
 
     def key(self, tools: Sequence[Tool]) -> str:
-        last = self._last
+        global _last
+        last = _last
         if last is not None and tools is last[0]:
             return last[1]
         key = catalog_key(tools)
         if isinstance(tools, tuple):
-            self._last = (tools, key)
+            _last = (tools, key)
         return key
 
     def get(self, tools: Sequence[Tool]) -> IndexT:
@@ -85,6 +88,7 @@ class IndexCache(Generic[IndexT]):
         return index
 
     def clear(self) -> None:
+        global _last
         with self._lock:
             self._entries.clear()
-            self._last = None
+            _last = None

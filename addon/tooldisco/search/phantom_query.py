@@ -9,10 +9,16 @@ Query syntax (the ``query`` argument, a string):
 
 - ``*``: list the name of every deferred tool; nothing is injected.
 - ``select:NAME1,NAME2``: load exactly these tools (commas between names, spaces
-  ignored); names not in the catalog are reported.
+  ignored); a name without its MCP prefix or namespace is read as the one tool that has
+  it; names not in the catalog, or bare names several tools share, are reported.
 - anything else: a search with the configured backend (a regex for ``regex``, which
   falls back to fuzzy keywords, and answers a pattern too expensive to run with an
-  error; keywords or a description of the task for the others).
+  error; keywords or a description of the task for the others). Tools the query names
+  come first (``names``), all of them loaded (up to ``MAX_NAMED``); a query naming a
+  server loads its first ``limit`` tools and lists the others by name, for ``select:``. A search that finds
+  nothing answers with the nearest tool names instead of an empty list.
+
+Results are compact JSON: the text stays in the conversation and is re-sent every turn.
 
 A search or select that loads something also loads the ``always_keep`` tools present
 in the catalog (entries may be globs, e.g. ``mcp__github__*``); they come on top of the
@@ -31,6 +37,7 @@ from loguru import logger
 from ..providers.base import Tool
 from .base import QueryError, Searcher, check_query
 from .brief import brief
+from .names import MAX_NAMED, name_index
 
 LIST_ALL = "*"
 MAX_LISTED = 300  # names in one listing answer
@@ -76,11 +83,12 @@ def run_query(
     except QueryError as exc:
         return _invalid(f"The {exc}. Shorten it.", query)
 
+    catalog = tuple(catalog)  # one object for every index cache: the catalog is hashed once
     by_name = {tool.name: tool for tool in catalog}
     if stripped == LIST_ALL:
         return _listing(query, by_name)
     if stripped.lower().startswith(SELECT_PREFIX):
-        return _select(query, stripped[len(SELECT_PREFIX) :], by_name, always_keep)
+        return _select(query, stripped[len(SELECT_PREFIX) :], catalog, by_name, always_keep)
 
     try:
         ranking = searcher.rank(stripped, catalog, limit)
@@ -89,33 +97,64 @@ def run_query(
     except Exception:  # a backend bug must not break the user's request
         logger.exception("tool search failed for backend {}", searcher.name)
         return _invalid("The search failed inside the gateway. " + HINT, query, backend=searcher.name)
-    hits = ranking.names[: max(limit, 0)]
+    # Named tools may run past the limit (the model asked for each, up to MAX_NAMED); a
+    # server's may not: its first are loaded and the others listed.
+    hits = ranking.names[: max(limit, 0) if ranking.group else max(limit, MAX_NAMED)]
     if not hits:
-        text = _json({"tools": [], "message": f"No tools matched {stripped!r}. {HINT}"})
+        text = _nothing_found(stripped, catalog)
         return SearchOutcome([], text, False, query, "search", ranking.backend, ranking.fallback)
     matched = _with_always_keep(hits, by_name, always_keep)
-    text = _loaded_text(matched, by_name)
+    more = ranking.names[len(hits) :]
+    text = _loaded_text(matched, by_name, more=more, group=ranking.group)
     return SearchOutcome(matched, text, False, query, "search", ranking.backend, ranking.fallback)
 
 
+def _nothing_found(query: str, catalog: Sequence[Tool]) -> str:
+    """No match: the nearest names, so the model can pick one rather than give up."""
+    nearest = name_index(catalog).suggest(query)
+    message = f"No tools matched {query!r}."
+    if nearest:
+        message += " The nearest names are listed: load one with 'select:NAME'."
+    return _json({"tools": [], "suggestions": nearest, "message": f"{message} {HINT}"})
+
+
 def _select(
-    query: str, spec: str, by_name: dict[str, Tool], always_keep: Sequence[str]
+    query: str, spec: str, catalog: Sequence[Tool], by_name: dict[str, Tool], always_keep: Sequence[str]
 ) -> SearchOutcome:
     wanted = list(dict.fromkeys(name.strip() for name in spec.split(",") if name.strip()))
-    found = [name for name in wanted if name in by_name]
-    unknown = [name for name in wanted if name not in by_name]
+    resolved = {name: _resolve(name, catalog, by_name) for name in wanted}
+    found = list(dict.fromkeys(r for r in resolved.values() if r is not None))
+    unknown = [name for name, r in resolved.items() if r is None]
     if not found:
-        message = (
-            f"No tool is named {', '.join(map(repr, unknown))}."
-            if unknown
-            else "select: needs tool names, e.g. 'select:NAME1,NAME2'."
-        )
+        message = _unknown_note(unknown, catalog) if unknown else "select: needs tool names, e.g. 'select:NAME1,NAME2'."
         return SearchOutcome(
             [], _json({"error": f"{message} {HINT}"}), True, query, "select", unknown=unknown
         )
     matched = _with_always_keep(found, by_name, always_keep)
-    text = _loaded_text(matched, by_name, unknown)
+    text = _loaded_text(matched, by_name, unknown, note=_unknown_note(unknown, catalog))
     return SearchOutcome(matched, text, False, query, "select", unknown=unknown)
+
+
+def _unknown_note(unknown: Sequence[str], catalog: Sequence[Tool]) -> str:
+    """Why each of ``unknown`` loaded nothing: no such tool, or several tools share the bare name."""
+    index = name_index(catalog)
+    notes = []
+    for name in unknown:
+        owners = [catalog[i].name for i in index.resolve(name)]
+        notes.append(
+            f"{name!r} is the name of {len(owners)} tools, select one: {', '.join(owners)}."
+            if len(owners) > 1
+            else f"No tool is named {name!r}."
+        )
+    return " ".join(notes)
+
+
+def _resolve(name: str, catalog: Sequence[Tool], by_name: dict[str, Tool]) -> str | None:
+    """The catalog's name for ``name``: itself, or the one tool with that bare name."""
+    if name in by_name:
+        return name
+    hits = name_index(catalog).resolve(name)
+    return catalog[hits[0]].name if len(hits) == 1 else None
 
 
 def _listing(query: str, by_name: dict[str, Tool]) -> SearchOutcome:
@@ -146,7 +185,15 @@ def _with_always_keep(
     return out
 
 
-def _loaded_text(matched: list[str], by_name: dict[str, Tool], unknown: Sequence[str] = ()) -> str:
+def _loaded_text(
+    matched: list[str],
+    by_name: dict[str, Tool],
+    unknown: Sequence[str] = (),
+    *,
+    more: Sequence[str] = (),
+    group: str | None = None,
+    note: str = "",
+) -> str:
     message = (
         f"These {len(matched)} tools are now available: call them directly by name "
         "with the parameters their definitions give."
@@ -155,9 +202,13 @@ def _loaded_text(matched: list[str], by_name: dict[str, Tool], unknown: Sequence
         "its definition gives."
     )
     result: dict[str, Any] = {"tools": [brief(by_name[name]) for name in matched]}
+    if more:
+        result["more"] = list(more)
+        whose = f"of {group!r}" if group else "named in the query"
+        message += f" More tools {whose}, not loaded: load them with 'select:NAME1,NAME2'."
     if unknown:
         result["unknown"] = list(unknown)
-        message += f" No tool is named {', '.join(map(repr, unknown))}."
+        message += f" {note}"
     result["message"] = message
     return _json(result)
 
@@ -167,4 +218,4 @@ def _invalid(message: str, query: str | None, *, backend: str | None = None) -> 
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -19,7 +19,7 @@ from ..loop import Found
 from ..providers.base import ToolCall, ToolResult
 from ..selector_client import FixedRanking, SelectorClient
 from ..telemetry import SearchRecord
-from .base import MAX_QUERY_CHARS, Searcher
+from .base import MAX_QUERY_CHARS, WARM_UP_QUERY, Searcher
 from .budget import run_query_async
 from .phantom_query import LIST_ALL, SELECT_PREFIX
 
@@ -86,9 +86,9 @@ class SearchService:
         return Found(ToolResult(call, text), tools)
 
     async def warm(self, tools: list[Any]) -> None:
-        """Build a catalog's index ahead of the first search (hybrid embeds every tool once)."""
+        """Build a catalog's indexes ahead of the first search (hybrid embeds every tool once)."""
         try:
-            await asyncio.to_thread(self.searcher.rank, "warm up", tools, 1)
+            await asyncio.to_thread(self.searcher.rank, WARM_UP_QUERY, tuple(tools), 1)
         except Exception as e:  # the real search will report it
             logger.debug("index warm-up failed: {}", e)
 

@@ -76,10 +76,20 @@ def client_defers(view: RequestView) -> str | None:
 def plan(
     view: RequestView,
     cfg: ToolDiscovery,
-    sticky: Sequence[str],
+    upfront: Sequence[str] | None,
     expanded: Sequence[str],
     ranker: Ranker | None,
 ) -> DeferralPlan:
+    """Kept, deferred and found tools for one request.
+
+    ``upfront``: the session's remembered set (``SessionState.upfront``: the names of the
+    first planned turn's ``kept``), reused as it is: the model can search for whatever it
+    lacks, so re-ranking it per turn would only change ``tools[]`` and break the prompt
+    cache. Empty or None on the session's first turn, which chooses it: the must-keeps and the
+    ``defer.upfront`` most relevant. The caller records ``kept``'s names as the session's
+    upfront set when it had none; native deferral (``strategies.native``) keeps the same set
+    loaded, so a session that falls back from native to classic forwards the same tools.
+    """
     by_name = {t.name: t for t in view.tools}
     found = tuple(by_name[n] for n in expanded if n in by_name and not must_keep(by_name[n], view, cfg))
     found_names = {t.name for t in found}
@@ -91,14 +101,16 @@ def plan(
         return DeferralPlan(tuple(view.tools), (), (), skipped="below_threshold")
     if not deferrable:
         return DeferralPlan(tuple(view.tools), (), (), skipped="nothing_to_defer")
-    upfront_view = RequestView(
-        tools=tuple(rest), query=view.query, used=view.used, forced=view.forced
-    )
-    pinned = sum(1 for t in rest if must_keep(t, view, cfg))
-    sel = select(upfront_view, cfg, pinned + d.upfront, sticky=sticky, ranker=ranker) if d.upfront else None
-    kept_names = {t.name for t in sel.kept} if sel else {t.name for t in rest if must_keep(t, view, cfg)}
-    kept = tuple(t for t in rest if t.name in kept_names)
-    deferred = tuple(t for t in rest if t.name not in kept_names)
+    if upfront:
+        chosen = set(upfront)
+    elif d.upfront:
+        upfront_view = RequestView(tools=tuple(rest), query=view.query, used=view.used, forced=view.forced)
+        pinned = len(rest) - len(deferrable)
+        chosen = {t.name for t in select(upfront_view, cfg, pinned + d.upfront, ranker=ranker).kept}
+    else:
+        chosen = set()
+    kept = tuple(t for t in rest if t.name in chosen or must_keep(t, view, cfg))
+    deferred = tuple(t for t in rest if t not in kept)
     if not deferred:
         return DeferralPlan(tuple(view.tools), (), (), skipped="nothing_to_defer")
     return DeferralPlan(kept, deferred, found)

@@ -151,16 +151,40 @@ class AnthropicMessages(Provider):
         self._check_tool_choice(body.get("tool_choice"), names)
         calls, results, last_user = self._check_messages(messages)
         self._check_thinking(messages, thinking_enabled(body))
+        hidden = self._check_deferral(body, names)
         return Conversation(
             api=self.name,
             model=model,
             stream=body.get("stream") is True,
-            tools=names,
+            tools=[n for n in names if n not in hidden],
             calls=calls,
             results=results,
             last_user_text=last_user,
             body=body,
+            meta={"deferred": sorted(hidden)},
         )
+
+    @staticmethod
+    def _check_deferral(body: dict[str, Any], names: list[str]) -> set[str]:
+        """Deferred tools the model cannot see yet: ``defer_loading`` ones no ``tool_reference``
+        in the history loaded. Like the API: not every tool may be deferred, and a reference must
+        name a tool of ``tools[]``."""
+        tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and "name" in t]
+        deferred = {t["name"] for t in tools if t.get("defer_loading") is True}
+        if deferred and len(deferred) == len(tools):
+            raise bad("tools: At least one tool must not set `defer_loading`: every tool is deferred, so no "
+                      "tool (not even a tool search tool) is available to the model.", "tools")
+        referenced = [n for m in body["messages"] for n in _references(m)]
+        for name in referenced:
+            if name not in names:
+                raise bad(f"messages: `tool_reference` names tool '{name}', which is not in `tools`.", "messages")
+        return deferred - set(referenced)
+
+    def native_refusal(self, body: dict[str, Any]) -> ApiError | None:
+        for i, tool in enumerate(body.get("tools") or []):
+            if isinstance(tool, dict) and "defer_loading" in tool:
+                return bad(f"tools.{i}.custom.defer_loading: Extra inputs are not permitted", f"tools.{i}")
+        return None
 
     @staticmethod
     def _check_tools(body: dict[str, Any]) -> list[str]:

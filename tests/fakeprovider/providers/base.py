@@ -71,6 +71,11 @@ class Provider(ABC):
         """The prompt of a validated request as the API builds it: one segment per tool, system
         prompt and message, in the API's order (what the prompt cache compares; see ``cache.py``)."""
 
+    def native_refusal(self, body: dict[str, Any]) -> ApiError | None:
+        """The API's 400 for native deferral fields (``defer_loading``, ``tool_search``) from a model
+        without them (``FakeProvider.no_native_models``); None where this API has none."""
+        return None
+
     @abstractmethod
     def error_response(self, err: ApiError) -> JsonResponse:
         """The API's error body for ``err``."""

@@ -58,6 +58,7 @@ from .anthropic import prompt_segments as anthropic_prompt_segments
 from .base import Incoming, Provider, check_tool_name
 
 TEST_ACCESS_KEY_ID = "AKIDTESTFAKE"
+TOOL_SEARCH_BETA = "tool-search-tool-2025-10-19"
 TEST_SECRET_ACCESS_KEY = "test-secret"
 _ROUTE = re.compile(r"^/model/([^/]+)/(converse|converse-stream|invoke|invoke-with-response-stream)$")
 _AUTH = re.compile(
@@ -433,10 +434,19 @@ class BedrockInvoke(_Bedrock):
             conv = self.messages.parse({**body, "model": route["model"]}, req, route)
         except ApiError as err:  # Anthropic's own validation, relayed as Bedrock relays it
             raise validation(f"The model returned the following errors: {err.message}") from None
+        deferring = any(isinstance(t, dict) and t.get("defer_loading") for t in body.get("tools") or [])
+        if deferring and TOOL_SEARCH_BETA not in (body.get("anthropic_beta") or []):
+            # Bedrock gates deferred tools (and tool_reference) behind the tool-search beta.
+            raise validation("The model returned the following errors: tools: `defer_loading` requires the "
+                             f"beta {TOOL_SEARCH_BETA} (anthropic_beta)")
         return dataclasses.replace(conv, api=self.name, stream=bool(route["stream"]), body=body)
 
     def prompt_segments(self, conv: Conversation) -> list[Segment]:
         return anthropic_prompt_segments(conv.body)
+
+    def native_refusal(self, body: dict[str, Any]) -> ApiError | None:
+        err = self.messages.native_refusal(body)
+        return None if err is None else validation(f"The model returned the following errors: {err.message}")
 
     def render(self, reply: Reply, conv: Conversation) -> Response:
         metrics = {

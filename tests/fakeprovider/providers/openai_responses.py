@@ -67,6 +67,7 @@ HOSTED_TOOL_TYPES = frozenset(
     }
 )
 _ROLES = ("user", "assistant", "system", "developer")
+TOOL_SEARCH = "tool_search"  # how a scripted call names a client-executed tool search
 #: (call item type, output item type, wording in the "No tool output found" error)
 _PAIRS = {
     "function_call": ("function_call_output", "function call"),
@@ -103,7 +104,7 @@ def _leads_to(follows: str, item: dict[str, Any]) -> bool:
     kind = item.get("type") or ("message" if "role" in item else None)
     if follows == _FOLLOWED_BY_MESSAGE:
         return kind == "message" and item.get("role") == "assistant"
-    return kind in _PAIRS and item.get("call_id") == follows
+    return (kind in _PAIRS or kind == "tool_search_call") and item.get("call_id") == follows
 
 
 def _content_text(content: Any) -> str:
@@ -155,6 +156,8 @@ def offered_names(tools: Any) -> list[str]:
                 if not isinstance(sub, dict) or sub.get("type") not in ("function", "custom"):
                     raise bad(f"Invalid value for '{swhere}.type': expected 'function' or 'custom'.", f"{swhere}.type")
                 names.append(f"{ns}.{_function_name(sub, swhere)}")
+        elif kind == "tool_search" and tool.get("execution") == "client":
+            names.append(TOOL_SEARCH)  # the model calls it; the client answers with a tool_search_output
         elif kind not in HOSTED_TOOL_TYPES:
             raise bad(
                 f"Invalid value: {kind!r}. Supported values are: 'function', 'custom', 'namespace', "
@@ -163,6 +166,21 @@ def offered_names(tools: Any) -> list[str]:
             )
     check_unique(names)
     return names
+
+
+def deferred_names(tools: Any) -> set[str]:
+    """Names of ``defer_loading`` functions (``ns.fn`` inside a namespace): out of the model's
+    sight until a ``tool_search_output`` loads them."""
+    out: set[str] = set()
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") in ("function", "custom") and tool.get("defer_loading") is True:
+            out.add(str(tool.get("name")))
+        elif tool.get("type") == "namespace":
+            out |= {f"{tool.get('name')}.{t.get('name')}" for t in tool.get("tools") or []
+                    if isinstance(t, dict) and (t.get("defer_loading") is True or tool.get("defer_loading") is True)}
+    return out
 
 
 def _in_prompt(tool: dict[str, Any]) -> dict[str, Any] | None:
@@ -230,17 +248,33 @@ class OpenAIResponses(Provider):
         self._check_reasoning(given, stored=body.get("store", True) is not False)
         items = history + given
         calls, results, last_user = self._check_items(items)
+        deferred = deferred_names(body.get("tools"))
+        if deferred and TOOL_SEARCH not in names and not any(
+            isinstance(t, dict) and t.get("type") == "tool_search" for t in body.get("tools") or []
+        ):
+            raise bad("Deferred tools (`defer_loading: true`) require a `tool_search` tool in 'tools'.", "tools")
+        loaded = [n for item in items if item.get("type") == "tool_search_output"
+                  for n in offered_names(item.get("tools") or [])]
+        hidden = deferred - set(loaded)
         return Conversation(
             api=self.name,
             model=body["model"],
             stream=stream,
-            tools=names,
+            tools=[n for n in names if n not in hidden] + [n for n in loaded if n not in names],
             calls=calls,
             results=results,
             last_user_text=last_user,
             body=body,
-            meta={"items": items},
+            meta={"items": items, "deferred": sorted(hidden), "client_search": TOOL_SEARCH in names},
         )
+
+    def native_refusal(self, body: dict[str, Any]) -> ApiError | None:
+        for i, tool in enumerate(body.get("tools") or []):
+            if isinstance(tool, dict) and tool.get("type") == "tool_search":
+                return bad(f"Tool 'tool_search' is not supported with model '{body.get('model')}'.", f"tools[{i}]")
+            if isinstance(tool, dict) and "defer_loading" in tool:
+                return bad(f"Unknown parameter: 'tools[{i}].defer_loading'.", f"tools[{i}].defer_loading")
+        return None
 
     @staticmethod
     def _input_items(value: Any) -> list[dict[str, Any]]:
@@ -315,6 +349,7 @@ class OpenAIResponses(Provider):
         calls: list[ToolCall] = []
         results: list[ToolResult] = []
         open_calls: dict[str, tuple[str, str]] = {}  # call_id -> (item type, name), not answered yet
+        open_searches: set[str] = set()  # client tool_search_call ids not answered yet
         names: dict[str, str] = {}
         last_user = ""
         for i, item in enumerate(items):
@@ -357,6 +392,20 @@ class OpenAIResponses(Provider):
                     raise bad(f"No tool call found for {_PAIRS[_OUTPUTS[kind]][1]} output with call_id {cid}.", "input")
                 open_calls.pop(cid, None)
                 results.append(ToolResult(cid, names[cid], _content_text(item["output"])))
+            elif kind == "tool_search_call":
+                if item.get("execution") == "client":
+                    if not isinstance(item.get("call_id"), str):
+                        raise bad(f"Missing required parameter: '{where}.call_id'.", f"{where}.call_id")
+                    calls.append(ToolCall(item["call_id"], TOOL_SEARCH, item.get("arguments")))
+                    open_searches.add(item["call_id"])
+            elif kind == "tool_search_output":
+                cid = item.get("call_id")
+                if item.get("execution", "client") == "client" and cid not in open_searches:
+                    raise bad(f"No tool search call found for tool search output with call_id {cid}.", "input")
+                if not isinstance(item.get("tools"), list):
+                    raise bad(f"Missing required parameter: '{where}.tools'.", f"{where}.tools")
+                open_searches.discard(cid)
+                results.append(ToolResult(str(cid), TOOL_SEARCH, ", ".join(offered_names(item["tools"]))))
             elif kind == "reasoning":
                 if not isinstance(item.get("summary"), list):
                     raise bad(f"Missing required parameter: '{where}.summary'.", f"{where}.summary")
@@ -365,6 +414,8 @@ class OpenAIResponses(Provider):
         if open_calls:
             cid, (kind, _) = next(iter(open_calls.items()))
             raise bad(f"No tool output found for {_PAIRS[kind][1]} {cid}.", "input")
+        if open_searches:
+            raise bad(f"No tool search output found for tool search call {next(iter(open_searches))}.", "input")
         return calls, results, last_user
 
     def prompt_segments(self, conv: Conversation) -> list[Segment]:
@@ -393,7 +444,7 @@ class OpenAIResponses(Provider):
         }
 
     @staticmethod
-    def _output_items(reply: Reply) -> list[dict[str, Any]]:
+    def _output_items(reply: Reply, client_search: bool = False) -> list[dict[str, Any]]:
         """The completed output items: reasoning (when the model thinks), a message with the
         text, then one item per call."""
         items: list[dict[str, Any]] = []
@@ -414,6 +465,10 @@ class OpenAIResponses(Provider):
                 {"id": new_id("msg_"), "type": "message", "status": "completed", "role": "assistant", "content": [part]}
             )
         for c in reply.calls:
+            if client_search and c.name == TOOL_SEARCH:
+                items.append({"id": new_id("tsc_"), "type": "tool_search_call", "call_id": c.id,
+                              "execution": "client", "arguments": c.arguments, "status": "completed"})
+                continue
             ns, _, plain = c.name.rpartition(".")
             item = {
                 "id": new_id("fc_"),
@@ -469,7 +524,7 @@ class OpenAIResponses(Provider):
     def render(self, reply: Reply, conv: Conversation) -> Response:
         resp_id = new_id("resp_")
         created = int(time.time())
-        output = self._output_items(reply)
+        output = self._output_items(reply, conv.meta.get("client_search", False))
         if conv.body.get("store", True) is not False:
             self._remember(resp_id, conv.meta.get("items", []) + output)
         headers = {"x-request-id": new_id("req_")}
@@ -507,6 +562,9 @@ class OpenAIResponses(Provider):
                 yield event("response.content_part.done", **ids, content_index=0, part=item["content"][0])
             elif item["type"] == "reasoning":
                 yield from self._reasoning_events(event, index, item)
+            elif item["type"] == "tool_search_call":
+                yield event("response.output_item.added", output_index=index,
+                            item={**item, "status": "in_progress"})
             else:
                 yield event(
                     "response.output_item.added",

@@ -1,0 +1,117 @@
+"""The rounds a phantom loop really sent upstream, put back where the client's history has their stitch.
+
+Why: a turn that searched reached the client as one message stitched from several upstream
+rounds, the search exchange removed. Sent back as the client keeps it, that message is one
+the upstream never produced: the provider's prompt cache of the real conversation stops
+matching there, tools a hidden search loaded (``tool_reference`` blocks, appended
+definitions) are gone, and signatures span rounds they were not made for. So when a turn
+settles, the entries the upstream really saw (round one's model turn, the hidden results,
+…, the last round's model turn) are kept under a digest of the message the client was
+shown; a later request whose history carries exactly that message gets them back in its
+place. Anything else (an edited, compacted or re-ordered history) passes as the client sent it.
+
+"Exactly": equal as JSON values (SDKs re-serialize, so key order and whitespace may
+differ), a member set to ``null`` counting as absent, over what the adapter says a client
+must keep (``Adapter.comparable``).
+
+Pure: the caller reads and writes the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from . import jsonspan
+from .providers.base import Adapter
+
+MAX_ROUNDS_BYTES = 4 << 20  # a larger turn is not kept: its next request passes as the client sends it
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """One turn's real entries (texts as the upstream read them), under the digest of what the client saw."""
+
+    digest: str
+    entries: list[str]
+
+    @property
+    def size(self) -> int:
+        return sum(len(e) for e in self.entries)
+
+
+def digest(entries: Sequence[Any]) -> str:
+    return hashlib.sha256(_canonical(entries).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(_without_nulls(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _spans(body: str, path: Sequence[str]) -> list[tuple[int, int]] | None:
+    """The history's element spans; None when it is not an array (a Responses string input)."""
+    span = jsonspan.find(body, path)
+    if span is None or body[span[0]] != "[":
+        return None
+    return jsonspan.elements(body, span)
+
+
+def of_turn(adapter: Adapter, first: str, sent: str, last: dict[str, Any], shown: dict[str, Any],
+            phantom: str) -> Rounds | None:
+    """What a settled turn really sent: ``first`` the request as first forwarded, ``sent`` the
+    last re-forward, ``last`` the last round's message, ``shown`` the client's (merged) one.
+
+    The entries the loop appended to the history, then the last round's model turn the way the
+    loop would have sent it on, minus the search calls it was never answered for (a mixed or
+    a max-loops finish), as the client saw them. None when the history lives on the server, or
+    when there was no re-forward."""
+    path = adapter.history_path(first)
+    if path is None:
+        return None
+    before = _spans(first, path)
+    start = 1 if before is None else len(before)  # a string input becomes one message
+    if len(_spans(sent, path) or ()) <= start:
+        return None  # nothing was re-forwarded: the client saw the one real round
+    final = adapter.continue_after(sent, adapter.strip(last, [phantom]), [], [])
+    spans = _spans(final, path) or []
+    entries = [final[a:b] for a, b in spans[start:]]
+    while entries and not adapter.produced(json.loads(entries[-1])):
+        entries.pop()  # the empty results turn that continue_after opened for no results
+    if not entries:
+        return None
+    return Rounds(digest(adapter.comparable(adapter.shown(shown))), entries)
+
+
+def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | None]) -> tuple[str, int]:
+    """``body`` with each run of model entries that is a stitched message replaced by its real
+    rounds (``lookup``: digest -> entries, or None); and how many were replaced."""
+    path = adapter.history_path(body)
+    spans = _spans(body, path) if path is not None else None
+    if not spans:
+        return body, 0
+    entries = [json.loads(body[a:b]) for a, b in spans]
+    edits: list[tuple[int, int, str]] = []
+    i = 0
+    while i < len(entries):
+        if not adapter.produced(entries[i]):
+            i += 1
+            continue
+        j = i
+        while j < len(entries) and adapter.produced(entries[j]):
+            j += 1
+        if (found := lookup(digest(adapter.comparable(entries[i:j])))) is not None:
+            edits.append((spans[i][0], spans[j - 1][1], ",".join(found)))
+        i = j
+    for a, b, text in reversed(edits):
+        body = jsonspan.replace(body, (a, b), text)
+    return body, len(edits)
