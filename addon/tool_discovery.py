@@ -82,6 +82,7 @@ class ToolDiscovery:
         )
         contentviews.add(ToolsView)  # mitmweb and the console: a body's tools and tool calls
         allocator.return_large_blocks()  # a huge body's memory goes back to the OS with its flow
+        allocator.trim_periodically()  # and the heaps' free pages every few seconds
         if self._sink is None:
             try:
                 logger.remove(0)  # loguru's own stderr sink would print everything twice

@@ -10,6 +10,10 @@ topic change every few turns — over an MCP catalog of ``--servers`` × 25 tool
 and every path:
 
 - **direct**: the SDK talks to the fake provider, no proxy;
+- **client-native** (Anthropic, Responses): no proxy, and a client that defers by itself as
+  Claude Code and Codex do — every tool ``defer_loading``, its own tool search answered with
+  ``tool_reference`` blocks / a ``tool_search_output`` for a plain BM25's top 5: the bar a proxy
+  with a better search must meet;
 - **mitmdump**: a plain mitmdump in between (HTTPS interception, map-remote to the fake);
 - **tool-search**: mitmdump + the addon on the shipped ``configs/tool_discovery.yaml``: native
   deferral where the model has it (``defer_loading`` tools, searches answered with
@@ -46,12 +50,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import tempfile
 import time
 import uuid
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,7 +98,7 @@ CONFIGS: dict[str, tuple[Path, dict[str, Any]]] = {
     "tool-search": (SHIPPED, {}), "tool-search-classic": (SHIPPED, NATIVE_OFF),
     "relevance": (ROOT / "configs" / "relevance.yaml", {}),
 }
-PATHS = ("direct", "mitmdump", "tool-search", "tool-search-classic", "relevance")
+PATHS = ("direct", "client-native", "mitmdump", "tool-search", "tool-search-classic", "relevance")
 APIS = ("anthropic", "chat", "responses", "gemini")
 MODELS = {"anthropic": "claude-sonnet-4-6", "chat": "gpt-5", "responses": "gpt-5.4", "gemini": "gemini-2.5-pro"}
 SEARCHES = (SEARCH_TOOL, "tool_search")  # the proxy's search tool, and its native Responses search
@@ -313,8 +319,12 @@ class Agent(ABC):
         """Send the whole history with every tool, keep the streamed answer, return its tool calls."""
 
     @abstractmethod
-    def answer(self, results: list[tuple[str, str, str]]) -> None:
+    def answer(self, results: list[tuple[str, str, Any]]) -> None:
         """Append the results (call id, tool name, output) of the last step's calls."""
+
+    def own_tool(self, name: str, args: Any) -> Any:
+        """The result of a tool the client runs itself (its own tool search), else None."""
+        return None
 
 
 class ClaudeAgent(Agent):
@@ -336,9 +346,54 @@ class ClaudeAgent(Agent):
         self.messages.append({"role": "assistant", "content": [b.to_dict() for b in message.content]})
         return [(b.id, b.name, b.input) for b in message.content if b.type == "tool_use"]
 
-    def answer(self, results: list[tuple[str, str, str]]) -> None:
+    def answer(self, results: list[tuple[str, str, Any]]) -> None:
         blocks = [{"type": "tool_result", "tool_use_id": cid, "content": out} for cid, _, out in results]
         self.messages.append({"role": "user", "content": blocks})
+
+
+CLIENT_SEARCH = {"name": "tool_search", "description": "Search the deferred tools; found ones load.",
+                 "input_schema": {"type": "object", "properties": {"query": {"type": "string"}},
+                                  "required": ["query"]}}
+
+
+class PlainBM25:
+    """The 30-line BM25 a client ships with its own tool search (the issue's bar): words of the
+    name and description, k1 1.2, b 0.75, nothing else."""
+
+    def __init__(self, tools: list[Tool]) -> None:
+        self.names = [t.name for t in tools]
+        self.docs = [Counter(_words(f"{t.name} {t.description}")) for t in tools]
+        self.avg = sum(sum(d.values()) for d in self.docs) / max(len(self.docs), 1)
+        df = Counter(w for d in self.docs for w in d)
+        self.idf = {w: math.log(1 + (len(self.docs) - n + 0.5) / (n + 0.5)) for w, n in df.items()}
+
+    def top(self, query: str, k: int) -> list[str]:
+        words = set(_words(query))
+        def score(d: Counter[str]) -> float:
+            length = sum(d.values())
+            return sum(self.idf[w] * d[w] * 2.2 / (d[w] + 1.2 * (0.25 + 0.75 * length / self.avg))
+                       for w in words if w in d)
+        scores = [score(d) for d in self.docs]
+        return [self.names[i] for i in sorted(range(len(scores)), key=lambda i: -scores[i])[:k] if scores[i] > 0]
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower().replace("_", " "))
+
+
+class NativeClaudeAgent(ClaudeAgent):
+    """A client that defers by itself, as Claude Code does: every tool ``defer_loading``, its own
+    ``tool_search`` answered with ``tool_reference`` blocks for the top 5 of a plain BM25."""
+
+    def __init__(self, route: Route, key: str, tools: list[Tool]) -> None:
+        super().__init__(route, key, tools)
+        self.search = PlainBM25(tools)
+        self.tools = [{**t, "defer_loading": True} for t in self.tools] + [CLIENT_SEARCH]
+
+    def own_tool(self, name: str, args: Any) -> Any:
+        if name != "tool_search":
+            return None
+        return [{"type": "tool_reference", "tool_name": n} for n in self.search.top(str(args.get("query", "")), 5)]
 
 
 class ChatAgent(Agent):
@@ -405,6 +460,40 @@ class ResponsesAgent(Agent):
         self.items += [{"type": "function_call_output", "call_id": cid, "output": out} for cid, _, out in results]
 
 
+class NativeResponsesAgent(ResponsesAgent):
+    """A client that defers by itself on Responses: every function ``defer_loading``, a
+    client-executed ``tool_search`` answered with a ``tool_search_output`` carrying the
+    definitions of a plain BM25's top 5."""
+
+    def __init__(self, route: Route, key: str, tools: list[Tool]) -> None:
+        super().__init__(route, key, tools)
+        self.search = PlainBM25(tools)
+        self.answered: set[str] = set()  # tool_search_call ids answered already
+        self.by_name = {t["name"]: t for t in self.tools}
+        self.tools = [{**t, "defer_loading": True} for t in self.tools] + [
+            {"type": "tool_search", "execution": "client", "description": CLIENT_SEARCH["description"],
+             "parameters": CLIENT_SEARCH["input_schema"]}]
+
+    def step(self) -> Calls:
+        calls = super().step()
+        searches = [o for o in self.items if o.get("type") == "tool_search_call" and o.get("call_id") not in self.answered]
+        return calls + [(o["call_id"], "tool_search", o.get("arguments") or {}) for o in searches]
+
+    def own_tool(self, name: str, args: Any) -> Any:
+        if name != "tool_search":
+            return None
+        return [self.by_name[n] for n in self.search.top(str(args.get("query", "")), 5)]
+
+    def answer(self, results: list[tuple[str, str, Any]]) -> None:
+        for cid, name, out in results:
+            if name == "tool_search":
+                self.answered.add(cid)
+                self.items.append({"type": "tool_search_output", "call_id": cid, "execution": "client",
+                                   "status": "completed", "tools": out})
+            else:
+                self.items.append({"type": "function_call_output", "call_id": cid, "output": out})
+
+
 class GeminiAgent(Agent):
     def __init__(self, route: Route, key: str, tools: list[Tool]) -> None:
         options = gt.HttpOptions(base_url=route.base("https://generativelanguage.googleapis.com"),
@@ -452,6 +541,10 @@ AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
     "anthropic": ClaudeAgent, "chat": ChatAgent, "responses": ResponsesAgent, "gemini": GeminiAgent,
 }
 
+# Clients that defer by themselves (the bar the proxy's native deferral is held to).
+NATIVE_AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
+    "anthropic": NativeClaudeAgent, "responses": NativeResponsesAgent}
+
 
 def play(agent: Agent, result_bytes: int) -> int:
     """Run the whole plan as an agent does; returns how many tool turns got their tool called."""
@@ -464,7 +557,8 @@ def play(agent: Agent, result_bytes: int) -> int:
             if not calls:
                 break
             called = called or any(name == turn.tool for _, name, _ in calls)
-            agent.answer([(cid, name, tool_output(index, turn, result_bytes)) for cid, name, _ in calls])
+            agent.answer([(cid, name, agent.own_tool(name, args) or tool_output(index, turn, result_bytes))
+                          for cid, name, args in calls])
         done += bool(turn.tool) and called
     return done
 
@@ -508,6 +602,7 @@ class Run:
     tool_bytes: int = 0
     done: int = 0
     errors: list[str] = field(default_factory=list)
+    detail: list[str] = field(default_factory=list)  # one line per upstream request (``--detail``)
 
     @property
     def billed(self) -> float:
@@ -534,6 +629,10 @@ class Run:
             self.forwarded += tool_count(self.api, tools)
             self.tool_bytes += len(shown)
             previous = shown
+            calls = [c["name"] for c in (rec.reply or {}).get("calls", [])]
+            self.detail.append(f"| {rec.nth} | {rec.prompt['tokens']:,} | {rec.prompt['cached']:,} "
+                               f"| {rec.prompt['segments']} | {rec.prompt['first_miss'] or ''} "
+                               f"| {tool_count(self.api, tools)} | {', '.join(calls)} |")
 
 
 def session(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], result_bytes: int) -> Run:
@@ -543,7 +642,8 @@ def session(api: str, path: str, route: Route, fake: FakeProvider, tools: list[T
     fake.set_script(SessionModel(PLAN))
     run = Run(api, path)
     try:
-        agent = AGENTS[api](route, f"bench-{api}-{path}-{uuid.uuid4().hex[:8]}", tools)
+        make = NATIVE_AGENTS[api] if path == "client-native" else AGENTS[api]
+        agent = make(route, f"bench-{api}-{path}-{uuid.uuid4().hex[:8]}", tools)
         run.done = play(agent, result_bytes)
     except Exception as exc:  # a broken run is reported, and the others still run
         run.errors.append(f"client: {exc!r}"[:300])
@@ -580,7 +680,8 @@ def addon_config(source: Path, overrides: dict[str, Any]) -> Callable[[Path], st
 # --- report -------------------------------------------------------------------------------------------
 
 
-def report(runs: list[Run], tools: list[Tool], failures: list[str], result_bytes: int, elapsed: float) -> None:
+def report(runs: list[Run], tools: list[Tool], failures: list[str], result_bytes: int, elapsed: float,
+           detail: bool = False) -> None:
     tool_turns = sum(bool(t.tool) for t in PLAN)
     catalog_tokens = sum(len(json.dumps(t)) // 4 for t in anthropic_tools(tools))
     print(f"# A {len(PLAN)}-turn session over {len(tools)} MCP tools (~{catalog_tokens:,} tokens), "
@@ -612,6 +713,12 @@ def report(runs: list[Run], tools: list[Tool], failures: list[str], result_bytes
         n = max(r.requests, 1)
         print(f"| {r.api} | {r.path} | {r.tool_breaks} | {behind} | {r.forwarded / n:.0f} "
               f"| {r.tool_bytes / n / 1024:.1f} |")
+    if detail:
+        for r in runs:
+            print(f"\n### {r.api} / {r.path}: every upstream request\n")
+            print("| # | tokens | cached | segments | first uncached segment | tools forwarded | model called |")
+            print("|---:|---:|---:|---:|---|---:|---|")
+            print("\n".join(r.detail))
     if failures:
         print("\n## Failed sessions (each played once more; a row whose second attempt failed too is partial)\n")
         print("\n".join(f"- {f}" for f in failures))
@@ -623,6 +730,7 @@ def main() -> None:
     ap.add_argument("--servers", type=int, default=20, help="MCP servers in the catalog (25 tools each, at most 20)")
     ap.add_argument("--result-kb", type=float, default=3.0, help="size of each tool result the agent sends back")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {', '.join(PATHS)} (direct always runs)")
+    ap.add_argument("--detail", action="store_true", help="also list every upstream request of every run")
     args = ap.parse_args()
     paths = ["direct", *(p for p in args.paths.split(",") if p and p != "direct")]
     if set(paths) - set(PATHS):
@@ -650,6 +758,8 @@ def main() -> None:
             failures: list[str] = []
             for api in apis:
                 for path in paths:
+                    if path == "client-native" and api not in NATIVE_AGENTS:
+                        continue
                     started = time.monotonic()
                     route = Route(fake.url, proxies.get(path))
                     runs.append(measure(api, path, route, fake, tools, result_bytes, failures))
@@ -657,7 +767,7 @@ def main() -> None:
         finally:
             for proxy in proxies.values():
                 proxy.stop()
-    report(runs, tools, failures, result_bytes, time.monotonic() - t0)
+    report(runs, tools, failures, result_bytes, time.monotonic() - t0, args.detail)
 
 
 if __name__ == "__main__":

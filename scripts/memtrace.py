@@ -7,9 +7,16 @@ process started elsewhere. Plain-HTTP requests through the proxy to a reserved h
 
 - ``GET http://memtrace.invalid/caches``: ``BYTES ENTRIES`` held by the addon's byte-bounded
   caches (``tooldisco.bytecache.ByteLRU``), as they charge themselves; ``0 0`` without the addon.
+- ``GET http://memtrace.invalid/clear``: empties those caches, so that a snapshot taken after
+  it names only what is held outside them (caches churn: what they hold at the end was
+  allocated late, so before clearing it shows among the sites that grew).
 - ``GET http://memtrace.invalid/snapshot``: a tracemalloc snapshot, and the allocation sites
   that grew most since the previous one. The first call starts tracing (only what is
   allocated after it is seen; the traffic before runs at full speed).
+- ``GET http://memtrace.invalid/big[?kib=N]``: every live ``str``/``bytes``/``bytearray`` of
+  1 MiB (or N KiB) or more that a tracked object holds, grouped by the chain of objects that
+  keeps it alive (up to a module, a class or an object nothing tracked refers to). A huge body still alive
+  after its flow ended is a leak; this names its owner.
 - ``GET http://memtrace.invalid/trim``: pymalloc's arenas against its live blocks, then
   glibc's ``malloc_trim(0)`` with RSS before and after. Free memory an allocator keeps is not
   live objects: this tells fragmentation from a leak. It stops tracing first (while
@@ -27,6 +34,7 @@ import os
 import sys
 import tempfile
 import tracemalloc
+from functools import partial
 
 import psutil
 from mitmproxy import http
@@ -52,8 +60,10 @@ class MemTrace:
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.request.pretty_host != HOST:
             return
-        answers = {"/caches": caches, "/snapshot": self.snapshot, "/trim": trim}
+        answers = {"/caches": caches, "/clear": clear, "/snapshot": self.snapshot, "/big": big, "/trim": trim}
         answer = answers.get(flow.request.path)
+        if flow.request.path.startswith("/big?kib="):  # a lower floor than 1 MiB
+            answer = partial(big, int(flow.request.query["kib"]) * 1024)
         status, text = (200, answer()) if answer else (404, f"not one of {sorted(answers)}\n")
         flow.response = http.Response.make(status, text.encode(), {"content-type": "text/plain; charset=utf-8"})
 
@@ -67,10 +77,101 @@ class MemTrace:
         return text
 
 
-def caches() -> str:
+def _byte_caches() -> list[object]:
     bytecache = sys.modules.get("tooldisco.bytecache")
-    held = [o for o in gc.get_objects() if bytecache is not None and isinstance(o, bytecache.ByteLRU)]
+    return [o for o in gc.get_objects() if bytecache is not None and isinstance(o, bytecache.ByteLRU)]
+
+
+def caches() -> str:
+    held = _byte_caches()
     return f"{sum(c.currsize for c in held)} {sum(len(c) for c in held)}\n"
+
+
+def clear() -> str:
+    held = _byte_caches()
+    before = sum(c.currsize for c in held)
+    for c in held:
+        c.clear()
+    return f"cleared {len(held)} caches holding {before / MiB:.1f} MiB\n"
+
+
+BIG_BYTES = 1 << 20
+CHAIN_DEPTH = 12
+_BLOBS = (str, bytes, bytearray)
+
+
+def big(min_bytes: int = BIG_BYTES) -> str:
+    """Live blobs of ``min_bytes`` or more, grouped by the chain that holds them, largest first."""
+    gc.collect()
+    objects = gc.get_objects()
+    blobs: dict[int, tuple[object, object]] = {}  # id(blob) -> (blob, a container holding it)
+    for o in objects:
+        for r in gc.get_referents(o):
+            if isinstance(r, _BLOBS) and sys.getsizeof(r) >= min_bytes:
+                blobs.setdefault(id(r), (r, o))
+    del objects
+    groups: dict[tuple[str, ...], list[int]] = {}
+    ours = {id(blobs), id(groups), *map(id, blobs.values())}  # this probe's own references
+    for blob, holder in blobs.values():
+        groups.setdefault(tuple(_chain(blob, holder, ours)), []).append(sys.getsizeof(blob))
+    total = sum(map(sum, groups.values()))
+    lines = [f"{len(blobs)} live blobs of {min_bytes / 1024:,.0f} KiB or more, {total / MiB:.1f} MiB"]
+    for chain, sizes in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
+        lines.append(f"\n{len(sizes)} blobs, {sum(sizes) / MiB:.1f} MiB, held by")
+        lines += [f"  <- {step}" for step in chain]
+    return "\n".join(lines) + "\n"
+
+
+def _chain(child: object, holder: object, ignore: set[int]) -> list[str]:
+    """Who keeps ``child`` alive: ``holder``, then one referrer of each, up to a root."""
+    steps: list[str] = []
+    seen = {id(child), id(steps)}
+    node = holder
+    for _ in range(CHAIN_DEPTH):
+        steps.append(_describe(node, child))
+        if isinstance(node, type) or type(node).__name__ == "module":
+            break
+        seen.add(id(node))
+        referrers = gc.get_referrers(node)
+        seen.add(id(referrers))
+        parents = [r for r in referrers if id(r) not in ignore and id(r) not in seen and not _is_frame_of_ours(r)]
+        seen.add(id(parents))
+        if not parents:
+            steps.append("(nothing tracked refers to it: a local of a running frame, or C-level)")
+            break
+        # A module's or class's namespace names the root best; else the first referrer.
+        parents.sort(key=lambda r: 0 if isinstance(r, dict) and "__name__" in r else 1)
+        child, node = node, parents[0]
+    return steps
+
+
+def _is_frame_of_ours(obj: object) -> bool:
+    return type(obj).__name__ == "frame" and getattr(obj, "f_code", None) in (big.__code__, _chain.__code__)
+
+
+def _describe(node: object, child: object) -> str:
+    """``node``'s type, where it comes from, and where in it ``child`` sits."""
+    kind = type(node)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if isinstance(node, dict):
+        # Attribute and global names say where; data keys (a cache's) would only split the groups.
+        where = next((repr(k) for k, v in node.items() if v is child and isinstance(k, str) and k.isidentifier()),
+                     None)
+        owner = f" module {node['__name__']}" if "__name__" in node and "__builtins__" in node else ""
+        return f"{name}{owner} [{where}]" if where else f"{name}{owner} (as a key, or inside)"
+    if isinstance(node, (list, tuple)):
+        return f"{name} of {len(node)}"
+    if kind.__name__ == "frame":
+        code = node.f_code  # type: ignore[attr-defined]
+        return f"frame {code.co_qualname} {code.co_filename}:{node.f_lineno}"  # type: ignore[attr-defined]
+    if kind.__name__ == "cell":
+        return "cell (a closure's variable)"
+    if kind.__name__ in ("function", "method"):
+        return f"{name} {getattr(node, '__qualname__', '')}"
+    if kind.__name__ in ("coroutine", "async_generator", "generator"):
+        code = getattr(node, "cr_code", None) or getattr(node, "ag_code", None) or getattr(node, "gi_code", None)
+        return f"{name} {code.co_qualname if code else ''}"
+    return name
 
 
 def report(snapshot: tracemalloc.Snapshot, previous: tracemalloc.Snapshot | None) -> str:
@@ -111,7 +212,19 @@ def trim() -> str:
     before = psutil.Process().memory_info().rss
     ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
     after = psutil.Process().memory_info().rss
-    return stats + f"malloc_trim: RSS {before / MiB:.0f} -> {after / MiB:.0f} MiB ({(after - before) / MiB:+.0f})\n"
+    return (stats + f"malloc_trim: RSS {before / MiB:.0f} -> {after / MiB:.0f} MiB ({(after - before) / MiB:+.0f})\n"
+            + resident())
+
+
+def resident() -> str:
+    """RSS split as the kernel counts it: anonymous (the heaps) and file-backed (libraries,
+    mapped files such as SQLite's shared memory)."""
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if line.startswith("Rss"))
+    except OSError:
+        return ""
+    return " ".join(f"{k} {v.strip()}" for k, v in fields.items()) + "\n"
 
 
 addons = [MemTrace()]

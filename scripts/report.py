@@ -20,7 +20,6 @@ import argparse
 import base64
 import html
 import io
-import json
 import math
 import random
 import sys
@@ -182,16 +181,7 @@ class Aggregate:
                                       shadow_overlaps=Sample())
 
     def line(self, text: str, filters: Filters) -> None:
-        if not text.strip():
-            return
-        self.lines += 1
-        try:
-            record = json.loads(text)
-        except ValueError:
-            self.malformed += 1
-            return
-        if not isinstance(record, dict):
-            self.malformed += 1
+        if (record := report_api.parse_line(text, self)) is None:
             return
         if not filters.keep(record):
             self.filtered += 1

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 API = "api"
 SELECTOR_P95_TARGET_MS = 150.0  # seed 001: backend selector p95 <= 150 ms
@@ -75,20 +75,33 @@ def parse_since(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not epoch seconds or an ISO time: {text!r}") from None
 
 
+class LineCounts(Protocol):
+    lines: int
+    malformed: int
+
+
+def parse_line(line: str, counts: LineCounts) -> dict[str, Any] | None:
+    """The record on one telemetry line (scripts/report.py reads through this too). None for a
+    blank line (not counted) or one that is not a JSON object (counted in ``counts.malformed``);
+    every other line counts in ``counts.lines``."""
+    if not line.strip():
+        return None
+    counts.lines += 1
+    try:
+        record = json.loads(line)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        counts.malformed += 1
+        return None
+    return record
+
+
 def load(lines: Iterable[str], since: float | None = None) -> Loaded:
     """The records of a JSONL stream, malformed lines counted, not fatal."""
     out = Loaded()
     for line in lines:
-        if not line.strip():
-            continue
-        out.lines += 1
-        try:
-            record = json.loads(line)
-        except ValueError:
-            out.malformed += 1
-            continue
-        if not isinstance(record, dict):
-            out.malformed += 1
+        if (record := parse_line(line, out)) is None:
             continue
         if since is not None:
             when = _number(record.get("time"))

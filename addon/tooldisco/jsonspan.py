@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Sequence
+import threading
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 _DECODER = json.JSONDecoder()
 _WS = " \t\r\n"
@@ -31,8 +33,34 @@ def _value_end(text: str, i: int) -> int:
     return end
 
 
+# A request's body is searched several times while it is planned (its tools, its history),
+# each search decoding every member of the root object on the way. Inside ``reusing(text)``
+# the members of that text's objects are decoded once (per thread); outside, nothing is kept,
+# so no body outlives the request that brought it.
+_memo = threading.local()
+
+
+@contextmanager
+def reusing(text: str) -> Iterator[None]:
+    """Decode the objects of ``text`` once while the block runs, however often they are searched."""
+    _memo.text, _memo.found = text, {}
+    try:
+        yield
+    finally:
+        _memo.text = _memo.found = None
+
+
 def members(text: str, span: Span) -> list[tuple[str, Span]]:
     """(key, value span) for each member of the object at ``span``, in order."""
+    if getattr(_memo, "text", None) is not text:
+        return _members(text, span)
+    found = _memo.found.get(span)
+    if found is None:
+        found = _memo.found[span] = _members(text, span)
+    return found
+
+
+def _members(text: str, span: Span) -> list[tuple[str, Span]]:
     i = _skip_ws(text, span[0])
     if text[i] != "{":
         raise ValueError("not an object")

@@ -16,9 +16,8 @@ from typing import Awaitable, Callable, Mapping, Sequence, TypeVar, cast
 from loguru import logger
 
 from .config import Config
-from . import rounds
+from . import jsonspan, rounds
 from .providers.base import Adapter, NativeAdapter, RequestView, Tool, Unsupported
-from .search.base import catalog_key
 from .sessions import SessionState, SessionStore, session_key
 from .strategies import deferral, native, relevance
 from .telemetry import Record, TelemetrySink, estimate_tokens
@@ -80,7 +79,7 @@ class Planner:
         self.ranker = ranker
         self._warm = warm
         self._shadow = shadow
-        self._warmed: dict[str, None] = {}  # catalogs whose index is built or being built
+        self._warmed: dict[int, None] = {}  # catalogs whose index is built or being built
         self._lock = threading.Lock()
 
     def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
@@ -90,39 +89,8 @@ class Planner:
         record = Record(provider=adapter.api, strategy=td.strategy)
         try:
             text = _text(body)
-            view = adapter.parse(text)
-            record.stream = view.stream
-            record.total_tools = len(view.tools)
-            before = sum(estimate_tokens(t.raw) for t in view.tools)
-            record.tool_tokens_before = record.tool_tokens_after = before
-            record.kept_tools = len(view.tools)
-            session = self._session(view, headers, query)
-            record.session = session.key[:12]
-            forwarded = text
-            if session.persist and td.strategy in ("tool-search", "api"):  # the strategies that stitch
-                # The upstream goes on from what it really produced, not from the message stitched for the client.
-                forwarded, record.restored = rounds.restore(
-                    adapter, text, lambda digest: self.store.rounds(session.tenant, session.key, digest))
-            if session.head:  # the client chains from the id it was shown; the server from the last round
-                forwarded = adapter.continue_from(forwarded, session.head)
-            if session.pending:  # results a stored chain still awaits from a mixed turn the client saw
-                forwarded = adapter.with_pending(forwarded, session.pending)
-            if td.strategy != "passthrough" and (defers := deferral.client_defers(view)):
-                # The client searches its own deferred tools: a second search tool beside it could
-                # only fail, and hiding more tools would put them where its search cannot look.
-                record.fallback_reason = defers
-                prepared = Prepared()
-            elif td.strategy == "relevance":
-                prepared = self._relevance(adapter, view, forwarded, body, session, record)
-            elif td.strategy in ("tool-search", "api"):
-                prepared = self._deferral(adapter, view, forwarded, body, session, record)
-            else:
-                record.fallback_reason = "passthrough"
-                prepared = Prepared()
-            if (session.pending or session.head or record.restored) and prepared.body is None:
-                prepared.body = forwarded.encode("utf-8")
-            prepared.record = record
-            return prepared
+            with jsonspan.reusing(text):  # the body's objects decoded once, however often searched
+                return self._plan(adapter, headers, body, text, query, record)
         except Unsupported as e:
             record.fallback_reason = f"unsupported: {e}"
             logger.warning("tool discovery skipped ({}): {}", adapter.api, e)
@@ -135,6 +103,44 @@ class Planner:
             record.processing_ms = round((time.perf_counter() - started) * 1000, 3)
             if record.outcome != "pending":  # else the runner (or the rollout) completes the record
                 self.telemetry.submit(record)
+
+    def _plan(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, text: str, query: str,
+              record: Record) -> Prepared:
+        """``prepare``'s work on the decoded body; whatever it raises, ``prepare`` fails open."""
+        td = self.config.tool_discovery
+        view = adapter.parse(text)
+        record.stream = view.stream
+        record.total_tools = len(view.tools)
+        before = sum(estimate_tokens(t.raw) for t in view.tools)
+        record.tool_tokens_before = record.tool_tokens_after = before
+        record.kept_tools = len(view.tools)
+        session = self._session(view, headers, query)
+        record.session = session.key[:12]
+        forwarded = text
+        if session.persist and td.strategy in ("tool-search", "api"):  # the strategies that stitch
+            # The upstream goes on from what it really produced, not from the message stitched for the client.
+            forwarded, record.restored = rounds.restore(
+                adapter, text, lambda digest: self.store.rounds(session.tenant, session.key, digest))
+        if session.head:  # the client chains from the id it was shown; the server from the last round
+            forwarded = adapter.continue_from(forwarded, session.head)
+        if session.pending:  # results a stored chain still awaits from a mixed turn the client saw
+            forwarded = adapter.with_pending(forwarded, session.pending)
+        if td.strategy != "passthrough" and (defers := deferral.client_defers(view)):
+            # The client searches its own deferred tools: a second search tool beside it could
+            # only fail, and hiding more tools would put them where its search cannot look.
+            record.fallback_reason = defers
+            prepared = Prepared()
+        elif td.strategy == "relevance":
+            prepared = self._relevance(adapter, view, forwarded, body, session, record)
+        elif td.strategy in ("tool-search", "api"):
+            prepared = self._deferral(adapter, view, forwarded, body, session, record)
+        else:
+            record.fallback_reason = "passthrough"
+            prepared = Prepared()
+        if (session.pending or session.head or record.restored) and prepared.body is None:
+            prepared.body = forwarded.encode("utf-8")
+        prepared.record = record
+        return prepared
 
     def _session(self, view: RequestView, headers: Mapping[str, str], query: str) -> _Session:
         """The session key, and results a chained-from response still awaits.
@@ -203,7 +209,7 @@ class Planner:
         ranker = _ranked_now(self.ranker, view) if td.defer.upfront else None
         seen = frozenset(view.names())
         applies = td.strategy != "api" or self._in_rollout(session.key)  # else the request goes unchanged
-        model = native.model_of(adapter, text) if adapter.api in native.KINDS else ""
+        model = native.model_of(adapter, view) if adapter.api in native.KINDS else ""
         # Responses names its native search call itself: a client function of that name would be mistaken for it.
         native_free = adapter.api in native.KINDS and cast(NativeAdapter, adapter).native_search(phantom) not in seen
 
@@ -218,7 +224,7 @@ class Planner:
                 natively = native.plan(view, td, s.upfront or ())
                 natively = None if natively.skipped else natively
             # The deferred catalog is kept for later turns' searches (seed §6).
-            s.remember(adapter.api, seen, [t.name for t in plan.kept], {t.name: t.raw for t in plan.deferred})
+            s.remember(adapter.api, {t.name: t.raw for t in plan.deferred})
             return plan, natively, s.earlier(seen)
 
         plan, natively, earlier = self._decide(session, decide)
@@ -277,7 +283,10 @@ class Planner:
         ``prepare`` runs in worker threads: check and mark under one lock."""
         if self.config.tool_discovery.strategy == "api" or not tools:
             return None
-        key = catalog_key(tools)
+        # Only this process's note of what it warmed: Python's own hash of the texts (a
+        # collision skips one warm-up; the first search then builds the index itself) costs
+        # a fraction of the catalog's SHA-256, which this ran on every request.
+        key = hash(tuple((t.name, t.raw) for t in tools))
         with self._lock:
             if key in self._warmed:
                 return None

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from . import jsonspan
+from .bytecache import MiB, memoize
 from .providers.base import Adapter
 
 MAX_ROUNDS_BYTES = 4 << 20  # a larger turn is not kept: its next request passes as the client sends it
@@ -99,19 +100,35 @@ def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | Non
     spans = _spans(body, path) if path is not None else None
     if not spans:
         return body, 0
-    entries = [json.loads(body[a:b]) for a, b in spans]
+    texts = [body[a:b] for a, b in spans]
+    produced = [_produced(adapter, t) for t in texts]
     edits: list[tuple[int, int, str]] = []
     i = 0
-    while i < len(entries):
-        if not adapter.produced(entries[i]):
+    while i < len(texts):
+        if not produced[i]:
             i += 1
             continue
         j = i
-        while j < len(entries) and adapter.produced(entries[j]):
+        while j < len(texts) and produced[j]:
             j += 1
-        if (found := lookup(digest(adapter.comparable(entries[i:j])))) is not None:
+        if (found := lookup(_run_digest(adapter, tuple(texts[i:j])))) is not None:
             edits.append((spans[i][0], spans[j - 1][1], ",".join(found)))
         i = j
     for a, b, text in reversed(edits):
         body = jsonspan.replace(body, (a, b), text)
     return body, len(edits)
+
+
+# Every request carries the whole history again: what each entry is, and each run's digest,
+# are worked out once per entry text (parsing and canonicalising every message of a long
+# history on every turn cost milliseconds in the request's path).
+
+
+@memoize(8 * MiB, key=lambda adapter, text: (adapter.api, text))
+def _produced(adapter: Adapter, text: str) -> bool:
+    return adapter.produced(json.loads(text))
+
+
+@memoize(8 * MiB, key=lambda adapter, texts: (adapter.api, texts))
+def _run_digest(adapter: Adapter, texts: tuple[str, ...]) -> str:
+    return digest(adapter.comparable([json.loads(t) for t in texts]))

@@ -24,7 +24,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterable, Mapping, TypeVar
 
 import diskcache
 from diskcache.core import DBNAME
@@ -33,6 +33,7 @@ from .telemetry import private_dir
 
 MAX_NAMES = 10_000  # per session, in each of kept, expanded and the catalog
 MAX_DEFINITION_BYTES = 1 << 20  # a larger definition is not kept for later turns
+MAX_EXTENDED = 100_000  # digests whose recent expiry extension a disk store remembers (~10 MB)
 # Above SQLite's own 1 GB cap on a value: no value ever spills to a file of its own, so the
 # only files are SQLite's, which take the database file's mode (see ``private_cache``).
 _NEVER_SPILL = 1 << 40
@@ -45,7 +46,6 @@ T = TypeVar("T")
 class SessionState:
     """What a session remembers between requests."""
 
-    kept: list[str] = field(default_factory=list)  # names forwarded upfront, sticky across turns
     expanded: list[str] = field(default_factory=list)  # found by search, in discovery order
     catalog: dict[str, str] = field(default_factory=dict)  # deferred name -> digest of its definition
     api: str = ""  # the wire API the catalog's definitions are written for
@@ -62,19 +62,13 @@ class SessionState:
     def expand(self, names: Iterable[str]) -> None:
         self.expanded = _union(self.expanded, names)
 
-    def remember(self, api: str, seen: Collection[str], kept: Sequence[str],
-                 deferred: Mapping[str, str] | None = None) -> None:
-        """Record one request: ``seen`` its tool names, ``kept`` those it forwarded upfront,
-        ``deferred`` name -> definition of those a later search may reach.
-
-        Names the request did not see stay as they are: they belong to another flow of
-        the session (a sub-agent with other tools), whose next turn must find its kept set
-        unchanged. A definition is in the wire format of one API: a session switching APIs
-        starts a new catalog."""
+    def remember(self, api: str, deferred: Mapping[str, str]) -> None:
+        """Record one request's deferred tools (name -> definition), which a later search
+        may reach. Names it did not send stay: they belong to another flow of the session (a
+        sub-agent with other tools). A definition is in the wire format of one API: a session
+        switching APIs starts a new catalog."""
         if api != self.api:
             self.api, self.catalog = api, {}
-        chosen = set(kept)
-        self.kept = _union((n for n in self.kept if n in chosen or n not in seen), kept)
         if deferred:
             self._defer(deferred)
 
@@ -153,7 +147,7 @@ def _state(data: Any) -> SessionState:
     older version reads as what it shares with this one)."""
     if not isinstance(data, dict):
         return SessionState()
-    return SessionState(list(data.get("kept", ())), list(data.get("expanded", ())), dict(data.get("catalog", {})),
+    return SessionState(list(data.get("expanded", ())), dict(data.get("catalog", {})),
                         str(data.get("api", "")), float(data.get("refreshed", 0.0)),
                         upfront=list(data["upfront"]) if isinstance(data.get("upfront"), list) else None,
                         classic=list(data.get("classic", ())),
@@ -161,7 +155,7 @@ def _state(data: Any) -> SessionState:
 
 
 def _entry(state: SessionState) -> dict[str, Any]:
-    return {"kept": state.kept, "expanded": state.expanded, "catalog": state.catalog, "api": state.api,
+    return {"expanded": state.expanded, "catalog": state.catalog, "api": state.api,
             "refreshed": state.refreshed, "upfront": state.upfront, "classic": state.classic,
             "forwarded": state.forwarded}
 
@@ -221,6 +215,10 @@ class SessionStore:
         self._cleanup_interval = cleanup_interval
         self._last_cleanup = 0.0
         self._lock = threading.Lock()
+        # digest -> monotonic time this process last set its definition's expiry. Sessions that
+        # share a catalog (one agent's MCP servers) would each extend every definition again on
+        # their first turn: one SQLite statement per tool in the request's path.
+        self._extended: dict[str, float] = {}
 
     def get(self, key: str) -> SessionState:
         """A snapshot, for reading only: a change goes through ``update``."""
@@ -253,12 +251,23 @@ class SessionStore:
         return out
 
     def _write_definitions(self, state: SessionState, digests: set[str]) -> None:
-        """Extend the expiry of these definitions, writing those not stored yet that this update brings."""
+        """Extend the expiry of these definitions, writing those not stored yet that this update
+        brings. One this process extended less than ``ttl / 2`` ago is skipped: it still lives
+        more than ``1.5 × ttl``, longer than the session written now (expiry only ever grows)."""
         expire = 2 * self._ttl
+        now = time.monotonic()
         for digest in digests:
+            if now - self._extended.get(digest, -expire) < self._ttl / 2:
+                continue
             key = _definition_key(digest)
-            if not self._cache.touch(key, expire=expire) and digest in state.incoming:
+            if not self._cache.touch(key, expire=expire):
+                if digest not in state.incoming:
+                    continue
                 self._cache.set(key, state.incoming[digest], expire=expire)
+            self._extended[digest] = now
+        if len(self._extended) > MAX_EXTENDED:  # the first-remembered half goes: forgetting costs one touch
+            for digest in list(islice(self._extended, len(self._extended) // 2)):
+                del self._extended[digest]
 
     def link(self, tenant: str, response_id: str, session: str, pending: list[str], head: str | None = None) -> None:
         """Remember which session a stored response belongs to (and what it still awaits), so a

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.harness import REPO_ROOT, tail
-from tests.e2e.mcp_server import mcp_config
+from tests.e2e.harness import ADDON_PATH, REPO_ROOT, ConfigSpec, MitmDump, tail
+from tests.e2e.mcp_server import call_marker, mcp_config
+from tests.fakeprovider import SEARCH_TOOL, Call, FakeProvider, RecordedRequest, Rule, call, reply
+from tests.fakeprovider.providers.openai_responses import TOOL_SEARCH
 
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install_agents"
 AGENTS_DIR = Path(os.environ.get("AGENTS_DIR", REPO_ROOT / ".agents"))
@@ -163,12 +165,24 @@ def codex_command(bins: AgentBinaries, prompt: str) -> list[str]:
     return [str(bins.codex), "exec", "--skip-git-repo-check", prompt]
 
 
-def prepare_codex(bins: AgentBinaries, home: Path, env: dict[str, str]) -> None:
-    """A private ``CODEX_HOME`` with ``model = "gpt-5"``, logged in with the test API key
-    (``codex exec`` does not send ``OPENAI_API_KEY`` by itself: it needs ``codex login``)."""
+def prepare_codex(
+    bins: AgentBinaries, home: Path, env: dict[str, str], *, model: str = "gpt-5", mcp: bool = False
+) -> None:
+    """A private ``CODEX_HOME`` with ``model`` (and, with ``mcp``, the catalog's servers as
+    ``[mcp_servers.<name>]``, their tools approved: ``codex exec`` cannot ask), logged in with
+    the test API key (``codex exec`` does not send ``OPENAI_API_KEY`` by itself: it needs
+    ``codex login``)."""
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
-    (codex_home / "config.toml").write_text('model = "gpt-5"\n')
+    servers = mcp_config(sys.executable)["mcpServers"] if mcp else {}
+    (codex_home / "config.toml").write_text(
+        f"model = {json.dumps(model)}\n"
+        + "".join(
+            f"\n[mcp_servers.{name}]\ncommand = {json.dumps(s['command'])}\nargs = {json.dumps(s['args'])}\n"
+            'default_tools_approval_mode = "approve"\n'
+            for name, s in servers.items()
+        )
+    )
     env["CODEX_HOME"] = str(codex_home)
     login = subprocess.run(
         [str(bins.codex), "login", "--with-api-key"],
@@ -187,12 +201,18 @@ def gemini_command(bins: AgentBinaries, prompt: str) -> list[str]:
     return [str(bins.gemini), "-p", prompt]
 
 
-def prepare_gemini(home: Path, env: dict[str, str]) -> None:
-    """API-key auth, a trusted workspace, no usage statistics (they go to an unreachable host)."""
-    settings = {
+def prepare_gemini(home: Path, env: dict[str, str], *, mcp: bool = False) -> None:
+    """API-key auth, a trusted workspace, no usage statistics (they go to an unreachable host);
+    with ``mcp``, the catalog's servers as ``mcpServers``, trusted: headless Gemini CLI offers
+    the model no tool that would ask for a confirmation."""
+    settings: dict[str, Any] = {
         "security": {"auth": {"selectedType": "gemini-api-key"}},
         "privacy": {"usageStatisticsEnabled": False},
     }
+    if mcp:
+        servers = mcp_config(sys.executable)["mcpServers"]
+        settings["mcpServers"] = {n: {"command": s["command"], "args": s["args"], "trust": True}
+                                  for n, s in servers.items()}
     (home / ".gemini").mkdir(parents=True, exist_ok=True)
     (home / ".gemini" / "settings.json").write_text(json.dumps(settings))
     env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
@@ -212,3 +232,159 @@ def client_requests(path: Path) -> list[dict[str, Any]]:
             rec["json"] = None
         out.append(rec)
     return out
+
+
+# --- MCP tasks: one MCP tool out of the catalog's 125 ------------------------------------------
+
+MCP_PROMPT = (
+    "What is the current value of the secret db-password (version latest) in the cloud secret manager? "
+    "Fetch it with the MCP tool and tell me."
+)
+#: The tool the task needs, on the catalog's ``cloud`` server, and the arguments the model calls it with.
+MCP_SERVER, MCP_TOOL, MCP_ARGS = "cloud", "get_secret", {"secret": "db-password", "version": "latest"}
+#: What the fake's model searches for when a search tool of the proxy's is offered.
+MCP_QUERY = "get a secret from the cloud secret manager"
+#: Gemini CLI first asks a small model to rate the prompt's complexity (JSON) to pick a model.
+GEMINI_ROUTER = Rule(text='{"complexity_reasoning": "a simple lookup", "complexity_score": 5}',
+                     contains="complexity_score")
+#: Search tools of the clients themselves, by name or by type: a request must never carry one beside ours.
+CLIENT_SEARCH_NAMES = frozenset({"ToolSearch"})
+CLIENT_SEARCH_TYPE = "tool_search"  # Responses ``tool_search``, Anthropic ``tool_search_tool_*``
+#: How the fake's model calls the proxy's search: classic, or native on Responses (a client-executed ``tool_search``).
+PROXY_SEARCHES = (SEARCH_TOOL, TOOL_SEARCH)
+
+
+@dataclass(frozen=True)
+class McpCase:
+    """One agent configuration given the task: how it names the MCP tool, and how it searches
+    when it defers its tools itself (``own_search``: the call the fake's model makes)."""
+
+    name: str
+    agent: str  # claude | codex | gemini
+    api: str  # the fake's API name for the model conversation
+    target: str  # the MCP tool as the model calls it
+    own_search: Call | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    model: str = "gpt-5"  # Codex only: the model in its config.toml
+    extra_rules: tuple[Rule, ...] = ()
+
+    @property
+    def marker(self) -> str:
+        """What the MCP server's answer carries and the agent must print."""
+        return call_marker(MCP_SERVER, MCP_TOOL, MCP_ARGS)
+
+    def script(self) -> list[Rule]:
+        """Search only while the tool is not loaded, with the client's own search tool or else the
+        proxy's (classic, or native Responses ``tool_search``); call the tool; answer."""
+        own = [Rule(calls=[self.own_search], times=1, not_offered=[self.target])] if self.own_search else []
+        return [
+            *self.extra_rules,
+            *own,
+            *(call(name, {"query": MCP_QUERY}, times=1, not_offered=[self.target]) for name in PROXY_SEARCHES),
+            call(self.target, MCP_ARGS),
+            reply("The secret manager says:", echo_last_result=True),
+        ]
+
+    def command(self, bins: AgentBinaries, home: Path, env: dict[str, str]) -> list[str]:
+        env.update(self.env)
+        if self.agent == "claude":
+            return claude_command(bins, MCP_PROMPT, prepare_claude(home, env), allowed_tools=self.target)
+        if self.agent == "codex":
+            prepare_codex(bins, home, env, model=self.model, mcp=True)
+            return codex_command(bins, MCP_PROMPT)
+        prepare_gemini(home, env, mcp=True)
+        return gemini_command(bins, MCP_PROMPT)
+
+
+MCP_CASES = {
+    c.name: c
+    for c in (
+        # Claude Code defers its MCP tools behind its ToolSearch (its default): the proxy stays out.
+        McpCase("claude-tool-search", "claude", "anthropic", f"mcp__{MCP_SERVER}__{MCP_TOOL}",
+                own_search=Call("ToolSearch", {"query": f"select:mcp__{MCP_SERVER}__{MCP_TOOL}", "max_results": 5})),
+        # ... and with its tool search off, every MCP tool in full: the proxy defers.
+        McpCase("claude-all-tools", "claude", "anthropic", f"mcp__{MCP_SERVER}__{MCP_TOOL}",
+                env=(("ENABLE_TOOL_SEARCH", "false"),)),
+        # Codex sends each MCP server as a namespace tool to a model it does not know as search-capable.
+        McpCase("codex-namespaces", "codex", "openai-responses", f"mcp__{MCP_SERVER}.{MCP_TOOL}"),
+        # ... the same to gpt-5.4, which the proxy defers for natively (defer_loading, its own tool_search).
+        McpCase("codex-namespaces-native", "codex", "openai-responses", f"mcp__{MCP_SERVER}.{MCP_TOOL}",
+                model="gpt-5.4"),
+        # ... and defers them itself (client-executed tool_search) for one it knows as search-capable:
+        # the proxy stays out.
+        McpCase("codex-tool-search", "codex", "openai-responses", f"mcp__{MCP_SERVER}.{MCP_TOOL}", model="gpt-5.5",
+                own_search=Call("tool_search", {"query": "get secret cloud secret manager", "limit": 8})),
+        # Gemini CLI: one flat list, MCP tools named mcp_<server>_<tool>.
+        McpCase("gemini", "gemini", "gemini", f"mcp_{MCP_SERVER}_{MCP_TOOL}", extra_rules=(GEMINI_ROUTER,)),
+    )
+}
+
+
+def recorded_proxy(workdir: Path, upstream: str, config: ConfigSpec = None, name: str = "mitmdump") -> MitmDump:
+    """A mitmdump (not started) with :data:`CLIENT_RECORDER` first and, given a ``config``, the addon."""
+    recorder = workdir / "client_recorder.py"
+    workdir.mkdir(parents=True, exist_ok=True)
+    recorder.write_text(CLIENT_RECORDER)
+    extra = ["--set", f"client_record_path={workdir / 'client_requests.jsonl'}"]
+    if config is not None:
+        extra += ["-s", str(ADDON_PATH)]
+    return MitmDump(workdir, upstream, script=recorder, config=config, extra_args=extra, name=name)
+
+
+@dataclass
+class McpRun:
+    """One agent run of an :class:`McpCase`: the agent's outcome, what reached the fake, what the client sent."""
+
+    case: McpCase
+    run: AgentRun
+    upstream: list[RecordedRequest]  # the model conversation as the fake received it
+    sent: list[dict[str, Any]]  # the same conversation as the client sent it (``client_requests``)
+
+    def report(self) -> str:
+        lines = [f"client sent {len(self.sent)} API requests; upstream got {len(self.upstream)}:"]
+        for r in self.upstream:
+            calls = [c["name"] for c in r.reply["calls"]] if r.reply else None
+            bill = f" prompt={r.prompt['tokens']} cached={r.prompt['cached']} miss@{r.prompt['first_miss']}" \
+                if r.prompt else ""
+            lines.append(f"  #{r.nth} {r.path} -> {r.status} tools={len(r.tool_names or [])} "
+                         f"({len(json.dumps(r.json.get('tools')))} B){bill} search tools={search_tools(r.json)} "
+                         f"calls={calls} {(r.error or '')[:300]}")
+        return self.run.report() + "\n" + "\n".join(lines)
+
+
+def run_mcp_case(case: McpCase, proxy: MitmDump, fake: FakeProvider, bins: AgentBinaries, tmp: Path) -> McpRun:
+    """Run the agent of ``case`` on the MCP task through ``proxy`` (a :func:`recorded_proxy`), in ``tmp``."""
+    record_path = proxy.workdir / "client_requests.jsonl"
+    record_path.write_text("")
+    fake.set_script(case.script())
+    work, home = tmp / "work", tmp / "home"
+    work.mkdir(parents=True)
+    env = proxy.agent_env(home=home)
+    run = run_agent(case.name, case.command(bins, home, env), env=env, cwd=work)
+    upstream = [r for r in fake.api_requests(case.api) if r.json is not None]
+    sent = [c for c in client_requests(record_path) if c["method"] == "POST" and c["json"] is not None
+            and _api_of(c["url"]) == case.api]
+    return McpRun(case, run, upstream, sent)
+
+
+def _api_of(url: str) -> str | None:
+    """The fake's API name for a client request URL of the conversations here."""
+    path = "/" + url.split("://", 1)[-1].split("/", 1)[-1]
+    for prefix, api in (("/v1/messages", "anthropic"), ("/v1/responses", "openai-responses"),
+                        ("/v1beta/models/", "gemini")):
+        if path.startswith(prefix) and "count_tokens" not in path:
+            return api
+    return None
+
+
+def search_tools(body: Any) -> list[str]:
+    """Every search tool a request body offers: the proxy's and a client's own (by name or type)."""
+    found = []
+    for tool in (body.get("tools") if isinstance(body, dict) else None) or []:
+        if not isinstance(tool, dict):
+            continue
+        for decl in tool.get("functionDeclarations") or [tool]:  # Gemini nests its functions
+            name, kind = decl.get("name"), str(decl.get("type") or "")
+            if name == SEARCH_TOOL or name in CLIENT_SEARCH_NAMES or kind.startswith(CLIENT_SEARCH_TYPE):
+                found.append(str(name or kind))
+    return found

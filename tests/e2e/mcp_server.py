@@ -2,7 +2,8 @@
 
 Newline-delimited JSON-RPC 2.0 over stdin/stdout (the MCP stdio transport), implementing
 ``initialize``, ``notifications/initialized``, ``ping``, ``tools/list`` and ``tools/call``.
-Pure standard library so it runs with any Python. One process serves one "server" of the
+Pure standard library so it runs with any Python. Every ``tools/call`` answer carries a
+marker (:func:`call_marker`) a test can look for in the agent's final answer. One process serves one "server" of the
 catalog; :func:`mcp_config` launches one process per server, which is how users wire several
 MCP servers into an agent (Claude Code names their tools ``mcp__<server>__<tool>``)::
 
@@ -13,6 +14,7 @@ MCP servers into an agent (Claude Code names their tools ``mcp__<server>__<tool>
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -241,6 +243,13 @@ def tools_for(server: str) -> list[dict[str, Any]]:
     return tools
 
 
+def call_marker(server: str, tool: str, args: dict[str, Any]) -> str:
+    """The word a ``tools/call`` answer carries: derived from the server, the tool and its
+    arguments, so an agent that prints it got it from this process (no prompt holds it)."""
+    digest = hashlib.sha256(json.dumps([server, tool, args], sort_keys=True).encode()).hexdigest()
+    return f"MCP-{digest[:12].upper()}"
+
+
 def all_tool_names() -> list[str]:
     """Every tool as Claude Code names it (``mcp__<server>__<tool>``)."""
     return [f"mcp__{server}__{t['name']}" for server in CATALOG for t in tools_for(server)]
@@ -271,7 +280,7 @@ def handle(server: str, message: dict[str, Any]) -> dict[str, Any] | None:
         name, args = params.get("name"), params.get("arguments") or {}
         if name not in {t["name"] for t in tools_for(server)}:
             return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32602, "message": f"Unknown tool: {name}"}}
-        text = f"{server}.{name} ok: {json.dumps(args, sort_keys=True)}"
+        text = f"{server}.{name} ok: {json.dumps(args, sort_keys=True)} marker: {call_marker(server, name, args)}"
         result = {"content": [{"type": "text", "text": text}], "isError": False}
     else:
         return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": -32601, "message": f"Method not found: {method}"}}

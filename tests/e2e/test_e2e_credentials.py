@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -325,27 +324,21 @@ def run_scenario(mitm: MitmDump, fake: FakeProvider, form: Form, scenario: str, 
     return Run(recorded(fake, len(statuses)), error)
 
 
+TELEMETRY = "telemetry.jsonl"
+
+
 def telemetry_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def next_record(path: Path, seen: int, timeout: float = 30.0) -> dict[str, Any]:
-    """The record after the first ``seen`` (written by a background thread: wait for it)."""
-    deadline = time.monotonic() + timeout
-    while len(lines := telemetry_lines(path)) <= seen:
-        assert time.monotonic() < deadline, f"no telemetry record after {seen}"
-        time.sleep(0.05)
-    return lines[seen]
-
-
-def session_of(mitm: MitmDump, telemetry: Path, key: str | None, text: str) -> str:
+def session_of(mitm: MitmDump, key: str | None, text: str) -> str:
     """The telemetry session of one Gemini turn sent with ``?key=key`` (None: no credential)."""
-    seen = len(telemetry_lines(telemetry))
+    seen = len(mitm.records(TELEMETRY, at_least=0))
     method = f":generateContent?key={key}" if key else ":generateContent"
     body = {"contents": [{"role": "user", "parts": [{"text": text}]}], "tools": gemini_tools()}
     with mitm.httpx_client() as http:
         http.post(GEMINI_URL + method, json=body)
-    return next_record(telemetry, seen)["session"]
+    return mitm.records(TELEMETRY, at_least=seen + 1, timeout=30.0)[seen]["session"]
 
 
 def run_tenants(mitm: MitmDump, fake: FakeProvider, traffic: Traffic) -> None:
@@ -378,12 +371,11 @@ def traffic(proxy: MitmDump, provider: FakeProvider) -> Traffic:
                     result.runs[(form.name, scenario, stream)] = run_scenario(
                         proxy, provider, form, scenario, stream, result.signatures)
     run_tenants(proxy, provider, result)
-    telemetry = proxy.workdir / "telemetry.jsonl"
     provider.reset()
     provider.set_script([reply("Hi.")])
     opening = fresh("hello")
-    result.sessions["no credential"] = [session_of(proxy, telemetry, None, opening) for _ in range(2)]
-    result.sessions["one key"] = [session_of(proxy, telemetry, TENANT_A_KEY, opening) for _ in range(2)]
+    result.sessions["no credential"] = [session_of(proxy, None, opening) for _ in range(2)]
+    result.sessions["one key"] = [session_of(proxy, TENANT_A_KEY, opening) for _ in range(2)]
     for run in result.runs.values():  # the proxy's own signatures (re-signed bodies) too
         result.signatures += [r.header("authorization") or "" for r in run.requests]
     proxy.stop()
@@ -421,7 +413,7 @@ def files(traffic: Traffic, artifact: str) -> list[Path]:
     """The files of one artifact; "other files" is everything else under the proxy's work dir."""
     named = {
         "mitmdump log": [traffic.log],
-        "telemetry": [traffic.workdir / "telemetry.jsonl"],
+        "telemetry": [traffic.workdir / TELEMETRY],
         "sessions": sorted(p for p in (traffic.workdir / "sessions").rglob("*") if p.is_file()),
         "search cache": sorted(p for p in (traffic.workdir / "search-cache").rglob("*") if p.is_file()),
     }

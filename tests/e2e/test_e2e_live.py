@@ -58,25 +58,12 @@ from tests.e2e.test_e2e_more_apis import (
     invoke_tools,
     r_tool,
 )
+from tests.e2e.test_e2e_tool_search import CONFIG as TOOL_SEARCH
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, Rule, call, calls, fail, reply, search
 from tests.fakeprovider.providers.anthropic import thinking_signature
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = """
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: tool-search
-    max_search_results: 3
-    always_keep: ["read_file"]
-    search:
-      backend: bm25
-sessions:
-  dir: {d}/sessions
-telemetry:
-  path: {d}/tool_discovery.jsonl
-"""
 LIVE_DELAY = 0.2  # seconds between the fake's events where a test looks at timing
 HANG_UP_DELAY = 0.3  # ... where a client hangs up mid-round (the proxy has several events' time to cancel)
 FORECAST = {"city": "Paris"}
@@ -98,7 +85,7 @@ def _live_proxy(
         tmp_path_factory.mktemp("live"),
         fake_provider.url,
         script=ADDON_PATH,
-        config=lambda d: CONFIG.format(d=d),
+        config=lambda d: TOOL_SEARCH.format(d=d, backend="bm25"),
         name="live",
     )
     with aws_chain():  # the proxy's AWS chain holds the fake's credentials: it re-signs Bedrock bodies

@@ -12,7 +12,7 @@ prompt cache then reads through the end of the hidden exchange.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from google.genai import types as gt
@@ -56,8 +56,8 @@ def check_restored_record(proxy: MitmDump) -> None:
     proxy.records("t.jsonl", where=lambda r: r.get("restored") == 1)
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_anthropic(proxy: MitmDump, fk: FakeProvider, stream: bool) -> None:
+def anthropic_two_turns(proxy: MitmDump, stream: bool) -> str:
+    """Turn 1 as scripted; turn 2 sends its answer back with the found tool's result. The call's id."""
     client = proxy.anthropic()
     tools = CATALOG + [READ_FILE]
     messages: list[dict[str, Any]] = [{"role": "user", "content": fresh("What's the forecast for Paris?")}]
@@ -75,7 +75,12 @@ def test_anthropic(proxy: MitmDump, fk: FakeProvider, stream: bool) -> None:
     messages += [{"role": "assistant", "content": msg.content},  # the SDK's own objects, re-serialized by it
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}]
     assert "sunny" in "".join(b.text for b in ask().content if b.type == "text")
-    check_continuous(fk, "anthropic", "messages", use.id)
+    return use.id
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic(proxy: MitmDump, fk: FakeProvider, stream: bool) -> None:
+    check_continuous(fk, "anthropic", "messages", anthropic_two_turns(proxy, stream))
     check_restored_record(proxy)
 
 
@@ -157,28 +162,6 @@ def test_an_edited_answer_goes_upstream_as_the_client_sent_it(proxy: MitmDump, f
     client.messages.create(model="claude-sonnet-4-5", max_tokens=256, tools=tools, messages=messages)
     third = ok(fk.api_requests("anthropic"))[2]
     assert third.json["messages"] == messages
-
-
-def anthropic_two_turns(proxy: MitmDump, stream: bool) -> str:
-    """Turn 1 as scripted; turn 2 sends its answer back with the found tool's result. The call's id."""
-    client = proxy.anthropic()
-    tools = CATALOG + [READ_FILE]
-    messages: list[dict[str, Any]] = [{"role": "user", "content": fresh("What's the forecast for Paris?")}]
-
-    def ask() -> Any:
-        kw = dict(model="claude-sonnet-4-5", max_tokens=256, tools=tools, messages=messages)
-        if not stream:
-            return client.messages.create(**kw)
-        with client.messages.stream(**kw) as s:
-            return s.get_final_message()
-
-    msg = ask()
-    (use,) = [b for b in msg.content if b.type == "tool_use"]
-    assert use.name == TARGET and SEARCH_TOOL not in msg.model_dump_json()
-    messages += [{"role": "assistant", "content": msg.content},
-                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}]
-    assert "sunny" in "".join(b.text for b in ask().content if b.type == "text")
-    return use.id
 
 
 @pytest.mark.parametrize("stream", [False, True])

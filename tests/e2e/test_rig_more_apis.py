@@ -21,6 +21,7 @@ from google import genai
 from google.genai import types as gt
 
 from tests.e2e.harness import MitmDump
+from tests.e2e.test_e2e_more_apis import converse_call
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, Usage, call, reply, search
 from tests.fakeprovider.providers.bedrock import TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY
 from tests.fakeprovider.providers.gemini import thought_signature
@@ -368,14 +369,8 @@ def _converse_loop(client: Any, stream: bool) -> str:
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": "Weather in Paris?"}]}]
     results = {SEARCH_TOOL: "found get_weather", "get_weather": "22C"}
     for _ in range(4):
-        if stream:
-            content = _collect_converse_stream(
-                client.converse_stream(modelId=MODEL_ID, messages=messages, toolConfig=B_TOOLS)
-            )
-        else:
-            content = client.converse(modelId=MODEL_ID, messages=messages, toolConfig=B_TOOLS)["output"]["message"][
-                "content"
-            ]
+        res = converse_call(client, stream, modelId=MODEL_ID, messages=messages, toolConfig=B_TOOLS)
+        content = res["output"]["message"]["content"]
         uses = [b["toolUse"] for b in content if "toolUse" in b]
         if not uses:
             return "".join(b.get("text", "") for b in content)
@@ -385,28 +380,6 @@ def _converse_loop(client: Any, stream: bool) -> str:
         ]
         messages.append({"role": "user", "content": answers})
     raise AssertionError("tool loop did not finish")
-
-
-def _collect_converse_stream(res: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rebuild the content blocks from ConverseStream events (as an SDK user does)."""
-    blocks: dict[int, dict[str, Any]] = {}
-    kinds = []
-    for ev in res["stream"]:
-        ((kind, data),) = ev.items()
-        kinds.append(kind)
-        i = data.get("contentBlockIndex")
-        if kind == "contentBlockStart":
-            blocks[i] = {"toolUse": {**data["start"]["toolUse"], "raw": ""}}
-        elif kind == "contentBlockDelta":
-            if "text" in data["delta"]:
-                blocks.setdefault(i, {"text": ""})["text"] += data["delta"]["text"]
-            else:
-                blocks[i]["toolUse"]["raw"] += data["delta"]["toolUse"]["input"]
-    assert kinds[0] == "messageStart" and kinds[-2:] == ["messageStop", "metadata"]
-    for b in blocks.values():
-        if "toolUse" in b:
-            b["toolUse"]["input"] = json.loads(b["toolUse"].pop("raw"))
-    return [blocks[i] for i in sorted(blocks)]
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from tooldisco.bytecache import ByteLRU, MiB, deep_size, entry_size, memoize
+from tooldisco.bytecache import ENTRY_OVERHEAD, ByteLRU, MiB, deep_size, entry_size, memoize
 from tooldisco.providers import anthropic, common
 from tooldisco.providers.base import Tool
 from tooldisco.search.index_cache import IndexCache
@@ -59,14 +59,15 @@ def test_deep_size_counts_what_an_object_reaches_once() -> None:
 
 
 def test_evicts_least_recently_used_past_the_budget() -> None:
-    cache: ByteLRU[str, str] = ByteLRU(300, sizeof=lambda key, value: 100)
+    entry = 100 + ENTRY_OVERHEAD
+    cache: ByteLRU[str, str] = ByteLRU(3 * entry, sizeof=lambda key, value: 100)
     cache.put("a", "A")
     cache.put("b", "B")
     cache.put("c", "C")
     assert cache.get("a") == "A"  # now the most recently used
     cache.put("d", "D")  # evicts b
     assert cache.get("b") is None and cache.get("a") == "A" and cache.get("c") == "C"
-    assert cache.currsize == 300 and len(cache) == 3
+    assert cache.currsize == 3 * entry and len(cache) == 3
 
 
 def test_sizes_by_key_and_value_and_skips_what_cannot_fit() -> None:
@@ -84,7 +85,8 @@ def test_sizes_by_key_and_value_and_skips_what_cannot_fit() -> None:
 
 
 def test_is_consistent_under_concurrent_use() -> None:
-    cache: ByteLRU[int, int] = ByteLRU(500, sizeof=lambda key, value: 10)
+    entry = 10 + ENTRY_OVERHEAD
+    cache: ByteLRU[int, int] = ByteLRU(50 * entry, sizeof=lambda key, value: 10)
 
     def hammer(seed: int) -> None:
         for i in range(5_000):
@@ -97,7 +99,20 @@ def test_is_consistent_under_concurrent_use() -> None:
         t.start()
     for t in threads:
         t.join()
-    assert len(cache) == 50 and cache.currsize == 500
+    assert len(cache) == 50 and cache.currsize == 50 * entry
+
+
+def test_an_entry_is_charged_its_bookkeeping_too() -> None:
+    """A cache of short words held more in bookkeeping than its whole budget: the budget
+    holds the cache's own maps too."""
+    cache: ByteLRU[str, str] = ByteLRU(MiB)
+
+    def fill() -> None:
+        for i in range(100_000):
+            cache.put(f"word{i}", f"w{i}")
+
+    assert retained(fill) < 1.1 * MiB
+    assert cache.currsize <= MiB
 
 
 # --- memoize ------------------------------------------------------------------------------
@@ -224,3 +239,15 @@ def test_index_cache_is_bounded_by_bytes() -> None:
     for n in range(2, 20):
         cache.get(tools(n, 100_000))  # 300 KB each: three fit
     assert cache._entries.currsize <= MiB and len(cache._entries) == 3
+
+
+def test_index_cache_keeps_no_large_catalog_alive_once_built() -> None:
+    """One search consults several index caches with one tuple, hashed once; a catalog of
+    60 tools of 500 KB was kept alive after its flow by that memo alone."""
+    cache: IndexCache[int] = IndexCache(len)
+    catalog = tuple(Tool(f"big_{i}", f'{{"name": "big_{i}"}}', "log line " * 60_000) for i in range(3))
+    watch = weakref.ref(catalog[0])
+    assert cache.get(catalog) == cache.get(catalog) == 3 and cache.builds == 1  # the key is the same
+    del catalog
+    gc.collect()
+    assert watch() is None

@@ -179,6 +179,36 @@ def test_anthropic_moving_the_cache_control_marker_is_no_change(fake: FakeProvid
     assert ask(client, two, tools).usage.cache_read_input_tokens == first.cache_creation_input_tokens
 
 
+def test_anthropic_a_message_as_a_string_is_its_text_block(fake: FakeProvider) -> None:
+    """Claude Code sends a message as blocks with ``cache_control``, the next turn as a string."""
+    client, tools = claude(fake), anthropic_tools(TOOLS)
+    first = ask(client, turns(1), tools).usage
+    as_string = [{"role": "user", "content": turns(1)[0]["content"][0]["text"]}]
+    assert ask(client, as_string, tools).usage.cache_read_input_tokens == first.cache_creation_input_tokens
+    edited = [{"role": "user", "content": as_string[0]["content"] + " And why?"}]
+    assert fake.api_requests()[-1].prompt["first_miss"] is None  # type: ignore[index]
+    ask(client, edited, tools)
+    assert fake.api_requests()[-1].prompt["first_miss"] == "message:0"  # type: ignore[index]
+
+
+def test_anthropic_claude_codes_attribution_block_is_not_prompt(fake: FakeProvider) -> None:
+    """Its ``cch`` changes per request; the API reads the block as billing metadata."""
+    client, tools = claude(fake), anthropic_tools(TOOLS)
+
+    def system(cch: str, text: str = SYSTEM) -> list[dict[str, Any]]:
+        header = f"x-anthropic-billing-header: cc_version=2.1.328.ec4; cc_entrypoint=sdk-cli; cch={cch};"
+        return [{"type": "text", "text": header}, {"type": "text", "text": text}]
+
+    def send(blocks: list[dict[str, Any]]) -> Any:
+        return client.messages.create(model=MODEL, max_tokens=512, system=blocks,  # type: ignore[arg-type]
+                                      tools=tools, messages=turns(1)).usage  # type: ignore[arg-type]
+
+    first = send(system("66d81"))
+    assert send(system("fd59b")).cache_read_input_tokens == first.cache_creation_input_tokens
+    send(system("0aaa9", SYSTEM + " Be brief."))
+    assert fake.api_requests()[-1].prompt["first_miss"] == "system"  # type: ignore[index]
+
+
 @pytest.mark.parametrize("other", ["credential", "model"])
 def test_anthropic_cache_is_per_credential_and_model(fake: FakeProvider, other: str) -> None:
     tools = anthropic_tools(TOOLS)

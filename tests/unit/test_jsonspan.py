@@ -64,3 +64,19 @@ def test_dumps_writes_utf8_ready_json(value, text):
 
 def test_dumps_indented():
     assert jsonspan.dumps({"a": ["\ud800"]}, indent=2) == '{\n  "a": [\n    "\\ud800"\n  ]\n}'
+
+
+def test_inside_reusing_a_texts_objects_are_decoded_once_and_nothing_is_kept_after(monkeypatch):
+    calls = []
+    real = jsonspan._members
+    monkeypatch.setattr(jsonspan, "_members", lambda text, span: calls.append(span) or real(text, span))
+    text = '{"model": "m", "tools": [{"name": "a"}], "messages": []}'
+    with jsonspan.reusing(text):
+        assert jsonspan.find(text, ["tools"]) == jsonspan.find(text, ["tools"])
+        assert jsonspan.find(text, ["messages"]) is not None and len(calls) == 1
+        other = text[:-1] + "}"  # equal, but another text: decoded each time
+        assert jsonspan.members(other, jsonspan.root(other)) == jsonspan.members(text, jsonspan.root(text))
+        assert len(calls) == 2
+    assert jsonspan._memo.text is None  # the body is not kept past the block
+    jsonspan.find(text, ["tools"])
+    assert len(calls) == 3

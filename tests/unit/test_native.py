@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 
 from tooldisco.config import parse
 from tooldisco.engine import Engine
-from tooldisco.providers.anthropic import AnthropicAdapter
+from tooldisco.providers.anthropic import AnthropicAdapter, _result_content, parse_tool
 from tooldisco.providers.base import ToolCall, ToolResult
 from tooldisco.providers.common import tool_spans
 from tooldisco.providers.detect import detect
@@ -139,9 +139,19 @@ async def test_a_search_is_answered_with_tool_references_and_tools_never_change(
     assert tool_texts(sent[0]) == tool_texts(prepared.body)
     result = again["messages"][-1]["content"][0]
     assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_s"
-    assert result["content"][0]["type"] == "text"
-    assert result["content"][1:] == [{"type": "tool_reference", "tool_name": "mcp__svc0__get_invoice_0"}]
+    # Only the references: a text repeating the definitions would be re-sent every later turn.
+    assert result["content"] == [{"type": "tool_reference", "tool_name": "mcp__svc0__get_invoice_0"}]
     TypeAdapter(list[MessageParam]).validate_python(again["messages"])
+
+
+def test_a_native_result_keeps_only_what_the_references_do_not_say():
+    tool = parse_tool(json.dumps(TOOLS[0]))
+    listed = json.dumps({"tools": [{"name": tool.name}], "more": ["mcp__svc0__x"], "message": "More tools, not loaded."})
+    content = _result_content(ToolResult(ToolCall("c", P, {}), listed, loads=(tool,)))
+    assert content[0]["type"] == "text" and json.loads(content[0]["text"]) == {
+        "more": ["mcp__svc0__x"], "message": "More tools, not loaded."}
+    assert content[1:] == [{"type": "tool_reference", "tool_name": tool.name}]
+    assert _result_content(ToolResult(ToolCall("c", P, {}), "plain words", loads=(tool,)))[0]["text"] == "plain words"
 
 
 async def test_bedrock_invoke_names_the_tool_search_beta_and_reads_the_model_from_the_path(engine):

@@ -1,18 +1,15 @@
-"""The Redis session store against a real redis-server: the disk store's cases on both
-backends, then what only Redis has (other processes, outages, TLS, passwords)."""
+"""What only the Redis session store has: several processes on one session (WATCH retries),
+outages (the circuit breaker), passwords, TLS, its config. What both stores share runs on
+both in test_sessions.py (``backend``)."""
 
-import copy
 import datetime
 import ipaddress
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from dataclasses import fields
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import redis
@@ -21,218 +18,19 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from loguru import logger
-from tooldisco import sessions
 from tooldisco.config import ConfigError, RedisSettings, parse
 from tooldisco.engine import _session_store
 from tooldisco.redis_sessions import RedisSessionStore
-from tooldisco.sessions import SessionState, SessionStore, session_key
-from tooldisco.tenants import tenant_of
+from tooldisco.sessions import SessionState, SessionStore
 
 from tests.support.redis_server import RedisServer, Tls, needs_redis, redis_server  # noqa: F401 (a fixture)
+from tests.unit.test_sessions import defs, remember
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def defs(*names: str, size: int = 40) -> dict[str, str]:
-    return {n: f'{{"name":"{n}","description":"{"d" * size}"}}' for n in names}
-
-
-def remember(names_seen, kept, deferred=None, api="anthropic"):
-    return lambda s: s.remember(api, set(names_seen), kept, deferred)
-
-
 def settings(server: RedisServer, **kw) -> RedisSettings:
     return RedisSettings(url=server.url, **kw)
-
-
-@pytest.fixture(params=["disk", "redis"])
-def opener(request, tmp_path, tmp_path_factory):
-    """``open(ttl=...)`` -> a store on one place (a directory, a Redis), opened anew at each call."""
-    opened: list = []
-    if request.param == "disk":
-        def open_store(ttl: float = 3600.0):
-            opened.append(SessionStore(tmp_path / "sessions", ttl=ttl))
-            return opened[-1]
-    else:
-        server = request.getfixturevalue("redis_server")
-
-        def open_store(ttl: float = 3600.0):
-            opened.append(RedisSessionStore(settings(server), ttl=ttl))
-            return opened[-1]
-    yield open_store
-    for store in opened:
-        store.close()
-
-
-# --- the disk store's cases, on both backends ---------------------------------------------
-
-
-def test_two_tenants_same_first_message_do_not_share(opener):
-    store = opener()
-    k1 = session_key(tenant_of({"x-api-key": "k1"}, ""), None, "hi")
-    k2 = session_key(tenant_of({"x-api-key": "k2"}, ""), None, "hi")
-    store.update(k1, lambda s: s.expand(["a"]))
-    assert store.get(k2).expanded == [] and store.get(k1).expanded == ["a"]
-
-
-def test_state_survives_a_new_store(opener):
-    s1 = opener()
-    s1.update("k", lambda s: (s.expand(["x", "y", "x"]), s.remember("anthropic", {"x", "y"}, ["y"], defs("x"))))
-    s1.close()
-    s2 = opener()
-    st = s2.get("k")
-    assert st.expanded == ["x", "y"] and st.kept == ["y"] and list(st.catalog) == ["x"]
-    assert s2.definitions(st.catalog.values()) == {st.catalog["x"]: defs("x")["x"]}
-
-
-def test_update_returns_the_change_result_and_an_unchanged_new_session_is_not_written(opener):
-    store = opener()
-    assert store.update("k", lambda s: len(s.kept)) == 0
-    assert len(store) == 0
-
-
-def hammer(store, threads: int, rounds: int, change_for) -> None:
-    start = threading.Barrier(threads)
-
-    def work(i: int) -> None:
-        start.wait()
-        for r in range(rounds):
-            change = change_for(i, r)
-
-            def yielding(s, change=change):
-                os.sched_yield()
-                change(s)
-
-            store.update("k", yielding)
-
-    pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-
-
-def test_concurrent_updates_lose_no_expanded_name(opener):
-    store = opener()
-    hammer(store, 8, 15, lambda i, r: lambda s: s.expand([f"t{i}_{r}"]))
-    assert sorted(store.get("k").expanded) == sorted(f"t{i}_{r}" for i in range(8) for r in range(15))
-
-
-def test_concurrent_flows_lose_no_kept_name(opener):
-    store = opener()
-    names = {f"t{i}_{r}" for i in range(8) for r in range(15)}
-
-    def change(i, r):
-        mine = f"t{i}_{r}"
-        return lambda s: s.remember("anthropic", names, [*s.kept, mine], defs(f"d{i}_{r}"))
-
-    hammer(store, 8, 15, change)
-    st = store.get("k")
-    assert sorted(st.kept) == sorted(names)
-    assert len(st.catalog) == 8 * 15 and len(store.definitions(st.catalog.values())) == 8 * 15
-
-
-def test_definitions_are_stored_once_across_sessions_and_tenants(opener):
-    store = opener()
-    catalog = defs(*(f"t{i}" for i in range(50)), size=2_000)
-    for key in ("s1", "s2", "s3"):
-        store.update(key, remember(catalog, [], catalog))
-    assert len(store) == 3 + 50
-    st = store.get("s2")
-    assert store.definitions(st.catalog.values()) == {st.catalog[n]: raw for n, raw in catalog.items()}
-
-
-def test_a_changed_definition_gets_a_new_entry(opener):
-    store = opener()
-    store.update("k", remember({"a"}, [], {"a": '{"v":1}'}))
-    store.update("k", remember({"a"}, [], {"a": '{"v":2}'}))
-    st = store.get("k")
-    assert store.definitions(st.catalog.values()) == {st.catalog["a"]: '{"v":2}'}
-
-
-def test_an_oversized_definition_is_not_kept(opener):
-    store = opener()
-    store.update("k", remember({"a", "big"}, [], {"a": "{}", "big": "{}"}))
-    huge = '"' + "x" * sessions.MAX_DEFINITION_BYTES + '"'
-    store.update("k", remember({"a", "big"}, [], {"a": "{}", "big": huge}))
-    assert list(store.get("k").catalog) == ["a"]
-
-
-def test_any_text_round_trips(opener):
-    """Model input is untrusted: a name parsed from JSON may hold a lone surrogate (sent as
-    ``\\ud800``); a definition is body text, so any UTF-8."""
-    store = opener()
-    odd = {"weird\ud800": '{"d":"\\ud800 \\u0000 \u2603 \U0001f600"}'}
-    store.update("k", lambda s: (s.remember("anthropic", set(odd), [], odd), s.expand(["\udfff"])))
-    st = store.get("k")
-    assert st.expanded == ["\udfff"]
-    assert store.definitions(st.catalog.values()) == {st.catalog["weird\ud800"]: odd["weird\ud800"]}
-
-
-def test_links_lead_back_to_their_session_per_tenant(opener):
-    store = opener()
-    store.link("tenant-a", "resp_1", "k", ["call_1"], head="resp_3")
-    link = store.linked("tenant-a", "resp_1")
-    assert (link.session, link.pending, link.head) == ("k", ["call_1"], "resp_3")
-    assert store.linked("tenant-b", "resp_1") is None and store.linked("tenant-a", "resp_2") is None
-
-
-def test_kept_rounds_come_back_for_their_session_only(opener):
-    store = opener()
-    store.keep_rounds("tenant-a", "k", "d1", ['{"role":"assistant"}', '{"role":"user"}'])
-    assert store.rounds("tenant-a", "k", "d1") == ['{"role":"assistant"}', '{"role":"user"}']
-    assert store.rounds("tenant-b", "k", "d1") is None and store.rounds("tenant-a", "k2", "d1") is None
-    assert store.rounds("tenant-a", "k", "d2") is None
-
-
-def test_every_field_of_the_state_is_kept(opener):
-    """A store keeps all that ``SessionState`` holds (through ``_entry``/``_state``)."""
-    store = opener()
-    want = SessionState(kept=["a"], expanded=["b"], catalog={"c": "0" * 64}, api="anthropic", refreshed=time.time(),
-                        upfront=["u"], classic=["m"], forwarded={"l": ["a"]})
-    blank = SessionState()
-    unset = [f.name for f in fields(SessionState)
-             if f.name != "incoming" and getattr(want, f.name) == getattr(blank, f.name)]
-    assert not unset, f"SessionState has new fields: give them a value here ({unset})"
-    store.update("k", lambda s: vars(s).update(copy.deepcopy(vars(want))))
-    assert store.get("k") == want
-
-
-# --- Redis: expiry -----------------------------------------------------------------------------
-
-
-def test_ttls_follow_the_disk_stores_rules(redis_server, monkeypatch):
-    """A session lives ttl past its last update (an unchanged one included); its definitions
-    2 × ttl from their last refresh, which happens once a ttl, not every turn."""
-    now = [1_000.0]
-    monkeypatch.setattr(sessions, "time", SimpleNamespace(time=lambda: now[0], monotonic=time.monotonic))
-    store = RedisSessionStore(settings(redis_server, prefix="p:"), ttl=100)
-    raw = redis.Redis.from_url(redis_server.url)
-    store.update("k", remember({"a"}, [], defs("a")))
-    dkey = f"p:def:{store.get('k').catalog['a']}"
-    assert 99_000 < raw.pttl("p:k") <= 100_000 and 199_000 < raw.pttl(dkey) <= 200_000
-    raw.pexpire("p:k", 5_000)
-    raw.pexpire(dkey, 5_000)
-    store.update("k", remember({"a"}, [], defs("a")))  # unchanged, within the ttl
-    assert raw.pttl("p:k") > 99_000  # the session's ttl slides
-    assert raw.pttl(dkey) <= 5_000  # its definitions are not touched on every turn
-    now[0] += 100
-    store.update("k", remember({"a"}, [], defs("a")))  # a ttl later: refreshed
-    assert raw.pttl(dkey) > 199_000
-    assert store.get("k").expanded == [] and store.get("k").refreshed == now[0]
-    store.close()
-
-
-def test_a_session_expires(redis_server):
-    store = RedisSessionStore(settings(redis_server), ttl=0.2)
-    store.update("k", lambda s: s.expand(["a"]))
-    store.link("t", "resp", "k", [])
-    assert store.get("k").expanded == ["a"]
-    deadline = time.monotonic() + 10
-    while store.get("k").expanded and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert store.get("k").expanded == [] and store.linked("t", "resp") is None
-    store.close()
 
 
 # --- Redis: several processes ------------------------------------------------------------------
@@ -290,11 +88,11 @@ def warnings():
 
 def test_redis_down_fails_open_then_recovers(redis_server, warnings):
     store = RedisSessionStore(settings(redis_server, timeout=0.5, retry_after=0.3))
-    store.update("k", remember({"a"}, ["a"], defs("b")))
+    store.update("k", remember(defs("b")))
     digest = store.get("k").catalog["b"]
     redis_server.kill()
     for _ in range(20):  # the request goes through as for a new session: no exception, no state
-        assert store.update("k", lambda s: (s.expand(["x"]), list(s.kept))[1]) == []
+        assert store.update("k", lambda s: (s.expand(["x"]), list(s.catalog))[1]) == []
         assert store.get("k") == SessionState()
         assert store.definitions([digest]) == {}
         store.link("t", "resp", "k", [])

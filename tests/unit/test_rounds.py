@@ -270,6 +270,18 @@ def test_responses_store_false_client_without_item_ids_is_restored():
     assert count == 1 and history_of(api, out) == turn.upstream
 
 
+def test_responses_codex_turn_bookkeeping_is_not_an_edit():
+    """Codex CLI adds ``internal_chat_message_metadata_passthrough`` to every item it sends back."""
+    api = APIS["openai_responses"]
+    start = [api.user("forecast for Paris?")]
+    turn = searched_turn(api, start)
+    noted = [{**item, "internal_chat_message_metadata_passthrough": {"turn_id": "t1"}} for item in turn.shown]
+    out, count = rounds.restore(api.adapter, json.dumps(api.body(start + noted)), lookup(turn))
+    assert count == 1 and history_of(api, out) == turn.upstream
+    edited = [{**item, "arguments": "{}"} if item.get("type") == "function_call" else item for item in noted]
+    assert rounds.restore(api.adapter, json.dumps(api.body(start + edited)), lookup(turn))[1] == 0
+
+
 def test_responses_string_input_turn():
     api = APIS["openai_responses"]
     a = api.adapter

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from loguru import logger
 
+from tooldisco.bytecache import ENTRY_OVERHEAD
 from tooldisco.providers.base import Tool
 from tooldisco.search import BACKENDS, QueryError, make_searcher
 from tooldisco.search import bm25_search, embeddings, hybrid_search, index_cache
@@ -278,13 +279,32 @@ def test_embeddings_are_normalised_and_cached_on_disk(embedder_dir: str) -> None
     assert np.array_equal(again.embed(["send message"])[0], vectors[1])
 
 
+@semantic.needs_semantic
+def test_queries_run_through_an_int8_copy_close_to_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    texts = ["will it rain in Paris tomorrow?", "Get the weather in Oslo. Then post it on Slack."]
+    embedder = embeddings.Embedder(*embeddings.model_files())
+    shipped = embedder._run(texts, embeddings.QUERY_TOKENS)
+    quantised = embedder.embed_queries(texts)
+    assert not np.array_equal(quantised, shipped)  # another model ran
+    assert np.all(np.sum(quantised * shipped, axis=1) > 0.98)  # the same direction
+
+    def no_onnx(model: object) -> bytes:
+        raise ImportError("No module named 'onnx'")
+
+    monkeypatch.setattr(embeddings, "dynamic_int8", no_onnx)
+    fallback = embeddings.Embedder(*embeddings.model_files())
+    assert np.array_equal(fallback.embed_queries(texts), shipped)
+
+
 # --- shared machinery -----------------------------------------------------------------
 
 
 def test_index_cache_reuses_and_evicts() -> None:
     built: list[int] = []
     cache: IndexCache[int] = IndexCache(lambda tools: built.append(len(tools)) or len(built),
-                                        max_bytes=200, sizeof=lambda key, index: 100)  # two entries
+                                        max_bytes=2 * (100 + ENTRY_OVERHEAD), sizeof=lambda key, index: 100)  # two
     a, b, c = CATALOG[:3], CATALOG[:4], CATALOG[:5]
     assert cache.get(a) == cache.get(a) == cache.get(list(a)) == 1
     cache.get(b)

@@ -1,17 +1,27 @@
+"""The session store's semantics, one set run on both stores (diskcache and a real
+redis-server: ``backend``), then what only the disk store has (its cleanup, its files)
+and ``SessionState`` alone. What only Redis has is in test_redis_sessions.py."""
+
 import contextlib
+import copy
 import os
 import stat
 import threading
 import time
+from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
 
 import diskcache.core
 import pytest
+import redis
 from tooldisco import sessions
+from tooldisco.config import RedisSettings
+from tooldisco.redis_sessions import RedisSessionStore
 from tooldisco.sessions import SessionState, SessionStore, private_cache, session_key
 from tooldisco.tenants import tenant_of
 
+from tests.support.redis_server import redis_server  # noqa: F401 (a fixture)
 from tests.support.semantic import needs_semantic
 
 
@@ -20,8 +30,8 @@ def defs(*names: str, size: int = 40) -> dict[str, str]:
     return {n: f'{{"name":"{n}","description":"{"d" * size}"}}' for n in names}
 
 
-def remember(names_seen, kept, deferred=None, api="anthropic"):
-    return lambda s: s.remember(api, set(names_seen), kept, deferred)
+def remember(deferred, api="anthropic"):
+    return lambda s: s.remember(api, deferred)
 
 
 def fake_clock(monkeypatch, start=1_000.0):
@@ -32,61 +42,84 @@ def fake_clock(monkeypatch, start=1_000.0):
     return now
 
 
-def test_two_tenants_same_first_message_do_not_share(tmp_path):
-    store = SessionStore(tmp_path)
-    k1 = session_key(tenant_of({"x-api-key": "k1"}, ""), None, "hi")
-    k2 = session_key(tenant_of({"x-api-key": "k2"}, ""), None, "hi")
-    assert k1 != k2
-    store.update(k1, lambda s: s.expand(["a"]))
-    assert store.get(k2).expanded == [] and store.get(k1).expanded == ["a"]
-    assert session_key("t", "sid", "hi") != session_key("t", None, "hi")
-    assert session_key("t", "sid", "hi") == session_key("t", "sid", "other first message")
+class DiskBackend:
+    """Stores on one directory; time is ``fake_clock``'s, which diskcache's expiry follows."""
+
+    def __init__(self, root: Path, now: list[float]):
+        self.root, self.now, self.opened = root, now, []
+
+    def open(self, ttl: float = 3600.0) -> SessionStore:
+        self.opened.append(SessionStore(self.root, ttl=ttl))
+        return self.opened[-1]
+
+    def raw(self, key: str):
+        return self.opened[-1]._cache.get(key)
+
+    def remaining(self, key: str) -> float | None:
+        """Seconds ``key`` has left (None: gone)."""
+        value, expire = self.opened[-1]._cache.get(key, expire_time=True)
+        assert value is None or expire is not None, f"{key} never expires"
+        return None if value is None else expire - self.now[0]
+
+    def advance(self, seconds: float) -> None:
+        self.now[0] += seconds
 
 
-def test_state_survives_restart(tmp_path):
-    s1 = SessionStore(tmp_path)
-    s1.update("k", lambda s: (s.expand(["x", "y", "x"]), s.remember("anthropic", {"x", "y"}, ["y"], defs("x"))))
-    s1.close()
-    s2 = SessionStore(tmp_path)
-    st = s2.get("k")
-    assert st.expanded == ["x", "y"] and st.kept == ["y"] and list(st.catalog) == ["x"]
-    assert s2.definitions(st.catalog.values()) == {st.catalog["x"]: defs("x")["x"]}
+class RedisBackend:
+    """Stores on one redis-server under a prefix. Redis expires keys on its own clock, so
+    ``advance`` moves the store's clock and takes ``seconds`` off every key's TTL (a key
+    without one fails the test: everything a store writes must expire)."""
+
+    PREFIX = "p:"
+
+    def __init__(self, url: str, now: list[float]):
+        self.url, self.now, self.opened = url, now, []
+        self.admin = redis.Redis.from_url(url)
+
+    def open(self, ttl: float = 3600.0) -> RedisSessionStore:
+        self.opened.append(RedisSessionStore(RedisSettings(url=self.url, prefix=self.PREFIX), ttl=ttl))
+        return self.opened[-1]
+
+    def raw(self, key: str):
+        return self.admin.get(self.PREFIX + key)
+
+    def remaining(self, key: str) -> float | None:
+        left = self.admin.pttl(self.PREFIX + key)
+        assert left != -1, f"{key} never expires"
+        return None if left == -2 else left / 1000
+
+    def advance(self, seconds: float) -> None:
+        self.now[0] += seconds
+        for key in self.admin.scan_iter(match=self.PREFIX + "*"):
+            left = self.admin.pttl(key)
+            assert left != -1, f"{key!r} never expires"
+            if left - seconds * 1000 <= 0:
+                self.admin.delete(key)
+            elif left > 0:
+                self.admin.pexpire(key, int(left - seconds * 1000))
+
+    def close(self) -> None:
+        self.admin.close()
 
 
-def test_update_returns_the_change_result_and_an_unchanged_new_session_is_not_written(tmp_path):
-    store = SessionStore(tmp_path)
-    assert store.update("k", lambda s: len(s.kept)) == 0
-    assert len(store) == 0
-
-
-def test_ttl_expires_and_cleanup_removes(tmp_path, monkeypatch):
+@pytest.fixture(params=["disk", "redis"])
+def backend(request, tmp_path, monkeypatch):
+    """Where the stores of one test live (a directory, a Redis) and the clock they follow:
+    ``open(ttl=...)`` a store there (anew at each call), ``advance`` the clock, a key's
+    ``remaining`` life, its ``raw`` stored value."""
     now = fake_clock(monkeypatch)
-    store = SessionStore(tmp_path, ttl=60, cleanup_interval=30)
-    store.update("k", lambda s: s.expand(["a"]))
-    now[0] += 59
-    assert store.get("k").expanded == ["a"]  # within the TTL (a read does not extend it)
-    now[0] += 2
-    assert store.get("k").expanded == []  # expired: reads as a new session
-    assert len(store) == 1  # still on disk: the last cleanup ran 2 s ago
-    now[0] += 30
-    store.get("other")
-    assert len(store) == 0  # the periodic cleanup removed the expired entry
+    if request.param == "disk":
+        place = DiskBackend(tmp_path / "sessions", now)
+    else:
+        place = RedisBackend(request.getfixturevalue("redis_server").url, now)
+    yield place
+    for store in place.opened:
+        store.close()
+    if isinstance(place, RedisBackend):
+        place.close()
 
 
-def test_an_unchanged_update_extends_the_ttl(tmp_path, monkeypatch):
-    now = fake_clock(monkeypatch)
-    store = SessionStore(tmp_path, ttl=60, cleanup_interval=1e9)
-    store.update("k", lambda s: s.expand(["a"]))
-    for _ in range(5):
-        now[0] += 50
-        store.update("k", lambda s: s.expand(["a"]))
-    assert store.get("k").expanded == ["a"]
-
-
-# --- one transaction, merged: concurrent flows lose nothing ---------------------------------
-
-
-def hammer(store: SessionStore, threads: int, rounds: int, change_for) -> None:
+def hammer(store, threads: int, rounds: int, change_for) -> None:
     """``threads`` threads, started together, each applying ``change_for(thread, round)``."""
     start = threading.Barrier(threads)
 
@@ -108,6 +141,203 @@ def hammer(store: SessionStore, threads: int, rounds: int, change_for) -> None:
         t.join()
 
 
+# --- tenants, restarts, updates ----------------------------------------------------------------
+
+
+def test_session_keys_bind_the_tenant_and_the_client_session():
+    k1 = session_key(tenant_of({"x-api-key": "k1"}, ""), None, "hi")
+    k2 = session_key(tenant_of({"x-api-key": "k2"}, ""), None, "hi")
+    assert k1 != k2
+    assert session_key("t", "sid", "hi") != session_key("t", None, "hi")
+    assert session_key("t", "sid", "hi") == session_key("t", "sid", "other first message")
+
+
+def test_two_tenants_same_first_message_do_not_share(backend):
+    store = backend.open()
+    k1 = session_key(tenant_of({"x-api-key": "k1"}, ""), None, "hi")
+    k2 = session_key(tenant_of({"x-api-key": "k2"}, ""), None, "hi")
+    store.update(k1, lambda s: s.expand(["a"]))
+    assert store.get(k2).expanded == [] and store.get(k1).expanded == ["a"]
+
+
+def test_state_survives_a_new_store(backend):
+    s1 = backend.open()
+    s1.update("k", lambda s: (s.expand(["x", "y", "x"]), s.remember("anthropic", defs("x"))))
+    s1.close()
+    s2 = backend.open()
+    st = s2.get("k")
+    assert st.expanded == ["x", "y"] and list(st.catalog) == ["x"]
+    assert s2.definitions(st.catalog.values()) == {st.catalog["x"]: defs("x")["x"]}
+
+
+def test_update_returns_the_change_result_and_an_unchanged_new_session_is_not_written(backend):
+    store = backend.open()
+    assert store.update("k", lambda s: len(s.expanded)) == 0
+    assert len(store) == 0
+
+
+def test_every_field_of_the_state_is_kept(backend):
+    """A store keeps all that ``SessionState`` holds (through ``_entry``/``_state``)."""
+    store = backend.open()
+    want = SessionState(expanded=["b"], catalog={"c": "0" * 64}, api="anthropic", refreshed=time.time(),
+                        upfront=["u"], classic=["m"], forwarded={"l": ["a"]})
+    blank = SessionState()
+    unset = [f.name for f in fields(SessionState)
+             if f.name != "incoming" and getattr(want, f.name) == getattr(blank, f.name)]
+    assert not unset, f"SessionState has new fields: give them a value here ({unset})"
+    store.update("k", lambda s: vars(s).update(copy.deepcopy(vars(want))))
+    assert store.get("k") == want
+
+
+def test_any_text_round_trips(backend):
+    """Model input is untrusted: a name parsed from JSON may hold a lone surrogate (sent as
+    ``\\ud800``); a definition is body text, so any UTF-8."""
+    store = backend.open()
+    odd = {"weird\ud800": '{"d":"\\ud800 \\u0000 \u2603 \U0001f600"}'}
+    store.update("k", lambda s: (s.remember("anthropic", odd), s.expand(["\udfff"])))
+    st = store.get("k")
+    assert st.expanded == ["\udfff"]
+    assert store.definitions(st.catalog.values()) == {st.catalog["weird\ud800"]: odd["weird\ud800"]}
+
+
+# --- expiry: a sliding TTL; definitions 2 x ttl from their last refresh -------------------------
+
+
+def test_a_session_and_its_links_expire_ttl_after_the_last_update(backend):
+    store = backend.open(ttl=60)
+    store.update("k", lambda s: s.expand(["a"]))
+    store.link("t", "resp", "k", [])
+    store.keep_rounds("t", "k", "d", ["r"])
+    backend.advance(59)
+    assert store.get("k").expanded == ["a"] and store.linked("t", "resp")  # within the TTL ...
+    assert store.rounds("t", "k", "d") == ["r"]  # ... and kept rounds, read, have theirs extended
+    backend.advance(2)
+    assert store.get("k") == SessionState()  # a read did not extend it: it reads as a new session
+    assert store.linked("t", "resp") is None
+    assert store.rounds("t", "k", "d") == ["r"]
+
+
+def test_an_unchanged_update_extends_the_ttl(backend):
+    store = backend.open(ttl=60)
+    store.update("k", lambda s: s.expand(["a"]))
+    for _ in range(5):
+        backend.advance(50)
+        store.update("k", lambda s: s.expand(["a"]))
+    assert store.get("k").expanded == ["a"]
+    assert backend.remaining("k") == pytest.approx(60, abs=5)
+
+
+def test_definitions_outlive_their_sessions_refreshed_once_a_ttl(backend):
+    """A session lives ttl past its last update; its definitions 2 x ttl from their last
+    refresh, which a session's update does once a ttl, not every turn (no per-definition
+    write a turn), so they never expire before a session that uses them."""
+    store = backend.open(ttl=100)
+    store.update("k", remember(defs("a")))
+    digest = store.get("k").catalog["a"]
+    dkey = f"def:{digest}"
+    assert backend.remaining("k") == pytest.approx(100, abs=5)
+    assert backend.remaining(dkey) == pytest.approx(200, abs=5)
+    refreshes = 0
+    for _ in range(20):  # a session kept alive for 18 TTLs, by turns that change nothing
+        backend.advance(90)
+        before = backend.remaining(dkey)
+        store.update("k", remember(defs("a")))
+        assert backend.remaining("k") == pytest.approx(100, abs=5)  # the session's ttl slides
+        after = backend.remaining(dkey)
+        if after != pytest.approx(before, abs=5):
+            assert after == pytest.approx(200, abs=5) and store.get("k").refreshed == backend.now[0]
+            refreshes += 1
+        assert store.definitions([digest]) == {digest: defs("a")["a"]}
+    assert refreshes == 10  # every other turn: at least a ttl since the last refresh
+    backend.advance(101)
+    assert store.get("k").catalog == {}  # the session expired ...
+    assert store.definitions([digest])  # ... before its definitions
+    backend.advance(101)
+    assert store.definitions([digest]) == {}
+
+
+# --- one transaction, merged: concurrent flows lose nothing ------------------------------------
+
+
+def test_concurrent_updates_lose_no_expanded_name(backend):
+    store = backend.open()
+    hammer(store, 8, 15, lambda i, r: lambda s: s.expand([f"t{i}_{r}"]))
+    assert sorted(store.get("k").expanded) == sorted(f"t{i}_{r}" for i in range(8) for r in range(15))
+
+
+def test_concurrent_flows_lose_no_catalog_entry(backend):
+    """Like the planner: each flow adds the definitions it deferred to the session's catalog."""
+    store = backend.open()
+    hammer(store, 8, 15, lambda i, r: remember(defs(f"d{i}_{r}")))
+    st = store.get("k")
+    assert len(st.catalog) == 8 * 15 and len(store.definitions(st.catalog.values())) == 8 * 15
+
+
+# --- catalogs stored once, by content ----------------------------------------------------------
+
+
+def test_definitions_are_stored_once_across_sessions_and_tenants(backend):
+    store = backend.open()
+    catalog = defs(*(f"t{i}" for i in range(50)), size=2_000)
+    for key in ("s1", "s2", "s3"):
+        store.update(key, remember(catalog))
+    assert len(store) == 3 + 50
+    assert "d" * 2_000 not in repr(backend.raw("s1"))  # the session holds digests only
+    st = store.get("s2")
+    assert store.definitions(st.catalog.values()) == {st.catalog[n]: raw for n, raw in catalog.items()}
+
+
+def test_a_changed_definition_gets_a_new_entry(backend):
+    store = backend.open()
+    store.update("k", remember({"a": '{"v":1}'}))
+    store.update("k", remember({"a": '{"v":2}'}))
+    st = store.get("k")
+    assert store.definitions(st.catalog.values()) == {st.catalog["a"]: '{"v":2}'}
+
+
+def test_an_oversized_definition_is_not_kept(backend):
+    store = backend.open()
+    store.update("k", remember({"a": "{}", "big": "{}"}))
+    huge = '"' + "x" * sessions.MAX_DEFINITION_BYTES + '"'
+    store.update("k", remember({"a": "{}", "big": huge}))
+    assert list(store.get("k").catalog) == ["a"]  # its older, smaller definition went too
+
+
+# --- links and rounds, per tenant --------------------------------------------------------------
+
+
+def test_links_lead_back_to_their_session_per_tenant(backend):
+    store = backend.open()
+    store.link("tenant-a", "resp_1", "k", ["call_1"], head="resp_3")
+    link = store.linked("tenant-a", "resp_1")
+    assert (link.session, link.pending, link.head) == ("k", ["call_1"], "resp_3")
+    assert store.linked("tenant-b", "resp_1") is None and store.linked("tenant-a", "resp_2") is None
+
+
+def test_kept_rounds_come_back_for_their_session_only(backend):
+    store = backend.open()
+    store.keep_rounds("tenant-a", "k", "d1", ['{"role":"assistant"}', '{"role":"user"}'])
+    assert store.rounds("tenant-a", "k", "d1") == ['{"role":"assistant"}', '{"role":"user"}']
+    assert store.rounds("tenant-b", "k", "d1") is None and store.rounds("tenant-a", "k2", "d1") is None
+    assert store.rounds("tenant-a", "k", "d2") is None
+
+
+# --- the disk store alone: its cleanup, its transaction ----------------------------------------
+
+
+def test_expired_entries_stay_on_disk_until_the_periodic_cleanup(tmp_path, monkeypatch):
+    now = fake_clock(monkeypatch)
+    store = SessionStore(tmp_path, ttl=60, cleanup_interval=200)
+    store.update("k", remember(defs("a")))  # a session and a definition (the cleanup ran)
+    digest = store.get("k").catalog["a"]
+    now[0] += 121
+    assert store.get("k") == SessionState() and store.definitions([digest]) == {}
+    assert len(store) == 2  # expired, still on disk: the last cleanup ran 121 s ago
+    now[0] += 80
+    store.get("other")
+    assert len(store) == 0  # the periodic cleanup removed both
+
+
 @pytest.fixture
 def racing_store(tmp_path):
     store = SessionStore(tmp_path)
@@ -115,27 +345,8 @@ def racing_store(tmp_path):
     store.close()
 
 
-def test_concurrent_updates_lose_no_expanded_name(racing_store):
-    hammer(racing_store, 8, 15, lambda i, r: lambda s: s.expand([f"t{i}_{r}"]))
-    assert sorted(racing_store.get("k").expanded) == sorted(f"t{i}_{r}" for i in range(8) for r in range(15))
-
-
-def test_concurrent_flows_lose_no_kept_name(racing_store):
-    """Like the planner: each flow reads the sticky set and keeps it plus a tool of its own."""
-    names = {f"t{i}_{r}" for i in range(8) for r in range(15)}
-
-    def change(i, r):
-        mine = f"t{i}_{r}"
-        return lambda s: s.remember("anthropic", names, [*s.kept, mine], defs(f"d{i}_{r}"))
-
-    hammer(racing_store, 8, 15, change)
-    st = racing_store.get("k")
-    assert sorted(st.kept) == sorted(names)
-    assert len(st.catalog) == 8 * 15 and len(racing_store.definitions(st.catalog.values())) == 8 * 15
-
-
 def test_a_test_of_the_race_can_fail(racing_store, monkeypatch):
-    """Without the transaction the same workload loses updates (the tests above can fail)."""
+    """Without the transaction the same workload loses updates (the concurrency tests can fail)."""
     monkeypatch.setattr(racing_store._cache, "transact", contextlib.nullcontext)
     real_get = racing_store._cache.get
 
@@ -149,52 +360,16 @@ def test_a_test_of_the_race_can_fail(racing_store, monkeypatch):
     assert len(racing_store.get("k").expanded) < 8 * 15
 
 
-def test_kept_names_a_request_did_not_see_stay():
-    s = SessionState()
-    s.remember("anthropic", {"a", "b", "c"}, ["a", "b"])
-    s.remember("anthropic", {"x", "y"}, ["y"])  # another sub-agent
-    s.remember("anthropic", {"a", "b", "c"}, ["c", "a"])  # b seen and not kept: dropped
-    assert s.kept == ["a", "y", "c"]
-
-
-# --- catalogs stored once, by content --------------------------------------------------------
-
-
-def test_definitions_are_stored_once_across_sessions_and_tenants(tmp_path):
-    store = SessionStore(tmp_path)
-    catalog = defs(*(f"t{i}" for i in range(50)), size=2_000)
-    for key in ("s1", "s2", "s3"):
-        store.update(key, remember(catalog, [], catalog))
-    assert len(store) == 3 + 50
-    entry = store._cache.get("s1")
-    assert "d" * 2_000 not in repr(entry)  # the session holds digests only
-    st = store.get("s2")
-    assert store.definitions(st.catalog.values()) == {st.catalog[n]: raw for n, raw in catalog.items()}
-
-
-def test_a_changed_definition_gets_a_new_entry(tmp_path):
-    store = SessionStore(tmp_path)
-    store.update("k", remember({"a"}, [], {"a": '{"v":1}'}))
-    store.update("k", remember({"a"}, [], {"a": '{"v":2}'}))
-    st = store.get("k")
-    assert store.definitions(st.catalog.values()) == {st.catalog["a"]: '{"v":2}'}
-
-
-def test_an_oversized_definition_is_not_kept(tmp_path):
-    store = SessionStore(tmp_path)
-    store.update("k", remember({"a", "big"}, [], {"a": "{}", "big": "{}"}))
-    huge = '"' + "x" * sessions.MAX_DEFINITION_BYTES + '"'
-    store.update("k", remember({"a", "big"}, [], {"a": "{}", "big": huge}))
-    assert list(store.get("k").catalog) == ["a"]  # its older, smaller definition went too
+# --- SessionState alone ------------------------------------------------------------------------
 
 
 def test_names_are_bounded_oldest_absent_first(monkeypatch):
     monkeypatch.setattr(sessions, "MAX_NAMES", 4)
     s = SessionState()
-    s.remember("anthropic", set("abc"), [], defs(*"abc"))
-    s.remember("anthropic", set("cde"), [], defs(*"cde"))
+    s.remember("anthropic", defs(*"abc"))
+    s.remember("anthropic", defs(*"cde"))
     assert list(s.catalog) == ["b", "c", "d", "e"]  # a, absent from the request, went first
-    s.remember("anthropic", set("vwxyz"), [], defs(*"vwxyz"))
+    s.remember("anthropic", defs(*"vwxyz"))
     assert list(s.catalog) == list("vwxy")  # a request alone over the bound keeps its first names
     s.expand(list("abcdef"))
     assert s.expanded == list("cdef")
@@ -202,30 +377,9 @@ def test_names_are_bounded_oldest_absent_first(monkeypatch):
 
 def test_another_api_starts_a_new_catalog():
     s = SessionState()
-    s.remember("anthropic", {"a"}, [], defs("a"))
-    s.remember("openai-chat", {"b"}, ["b"], defs("c"))
+    s.remember("anthropic", defs("a"))
+    s.remember("openai-chat", defs("c"))
     assert list(s.catalog) == ["c"] and s.earlier({"b"}) == {"c": s.catalog["c"]}
-
-
-def test_definitions_outlive_their_sessions_then_expire(tmp_path, monkeypatch):
-    now = fake_clock(monkeypatch)
-    store = SessionStore(tmp_path, ttl=100, cleanup_interval=1e9)
-    store.update("k", remember({"a"}, [], defs("a")))
-    digest = store.get("k").catalog["a"]
-    touched = []
-    real_touch = store._cache.touch
-    monkeypatch.setattr(store._cache, "touch", lambda key, **kw: touched.append(key) or real_touch(key, **kw))
-    for _ in range(20):  # a session kept alive for 18 TTLs, by turns that change nothing
-        now[0] += 90
-        store.update("k", remember({"a"}, [], defs("a")))
-        assert store.definitions([digest]) == {digest: defs("a")["a"]}
-    assert touched.count(f"def:{digest}") <= 10  # refreshed about once a TTL, not every turn
-    now[0] += 100
-    assert store.get("k").catalog == {}  # the session expired ...
-    assert store.definitions([digest])  # ... before its definitions
-    now[0] += 101
-    store._cache.expire()
-    assert store.definitions([digest]) == {} and len(store) == 0
 
 
 # --- files 0600, directories 0700 ------------------------------------------------------------
@@ -256,7 +410,7 @@ def test_the_store_is_private_after_a_workload(tmp_path):
     root = tmp_path / "a" / "sessions"
     store = SessionStore(root)
     big = defs(*(f"t{i}" for i in range(300)), size=3_000) | defs("huge", size=100_000)
-    hammer(store, 4, 3, lambda i, r: remember(big, [f"t{i}"], big))
+    hammer(store, 4, 3, lambda i, r: remember(big))
     store.update("k", lambda s: s.expand(["x" * 100_000]))  # values past diskcache's 32 KB file threshold
     store.link("tenant", "resp_1", "k", ["pending"] * 1_000)
     assert (root / "cache.db-wal").exists()

@@ -3,29 +3,27 @@
 Oracles: our decoder (the stitched stream decodes to ``merge`` of the stripped rounds)
 and the official SDK's ``messages.stream()`` (it accepts the stream, and its final
 message has no phantom trace, consecutive indexes, summed usage, the right stop reason).
-Every case runs under several chunkings: whole, every byte, seeded random splits.
-The builders here are shared with the InvokeModel stitcher's tests.
+The scenarios every API shares run in test_stitch_contract.py on ``API``; here, what only
+Anthropic's stream has. The builders here are shared with the InvokeModel stitcher's tests.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import random
-from collections.abc import Callable
 from typing import Any
 
 import anthropic as anthropic_sdk
 import pytest
 from test_streams_support import anthropic_final, fixture
 from tooldisco.providers.anthropic import AnthropicAdapter
-from tooldisco.stitch import Failure, RoundEnd
+from tooldisco.stitch import Failure
 from tooldisco.streams import anthropic
 from tooldisco.streams.sse import SSEDecoder
 
-P = "gateway_search_tools"
+from tests.support.stitch import CHUNKERS, P, Api, Chunker, chunker_id, decoder_of, drive, every_byte, stitched, whole
+
 A = AnthropicAdapter()
-Chunker = Callable[[bytes], list[bytes]]
 
 
 # -- upstream rounds ---------------------------------------------------------------------------
@@ -107,78 +105,7 @@ MIXED = message(
 PHANTOM_IDS = [b"toolu_phantom_1", b"toolu_phantom_2", b"toolu_phantom_m"]
 
 
-# -- chunkings and the runner ------------------------------------------------------------------
-
-
-def whole(body: bytes) -> list[bytes]:
-    return [body]
-
-
-def every_byte(body: bytes) -> list[bytes]:
-    return [body[i : i + 1] for i in range(len(body))]
-
-
-def random_splits(seed: int) -> Chunker:
-    def split(body: bytes) -> list[bytes]:
-        rng = random.Random(seed + len(body))
-        chunks, pos = [], 0
-        while pos < len(body):
-            step = rng.randint(1, rng.choice([3, 17, 200]))
-            chunks.append(body[pos : pos + step])
-            pos += step
-        return chunks
-
-    split.__name__ = f"random_{seed}"
-    return split
-
-
-CHUNKERS = [whole, every_byte, random_splits(1), random_splits(2), random_splits(3)]
-
-
-def drive(
-    adapter: Any,
-    rounds: list[bytes],
-    chunker: Chunker,
-    max_rounds: int = 5,
-    failure: Failure | None = None,
-) -> tuple[bytes, list[RoundEnd]]:
-    """Feed ``rounds`` the way the runner does. A phantom-only round with rounds left is
-    re-forwarded; when no upstream round follows it, the re-forward answers ``failure``."""
-    stitcher = adapter.stitcher(P, "{}")
-    out = bytearray()
-    ends: list[RoundEnd] = []
-    for k, body in enumerate(rounds, 1):
-        for chunk in chunker(body):
-            out += stitcher.feed(chunk)
-        end = stitcher.end_round()
-        ends.append(end)
-        if end.error is not None:
-            break
-        if not end.complete:
-            out += stitcher.fail(Failure(502, message="upstream stream ended early"))
-            break
-        calls = adapter.calls(end.message)
-        if not (calls and all(c.name == P for c in calls) and k < max_rounds):
-            assert k == len(rounds), "the loop ended before every upstream round was used"
-            out += stitcher.finish()
-            break
-        if k == len(rounds):
-            assert failure is not None, "a re-forward needs an upstream round or a failure"
-            out += stitcher.fail(failure)
-            break
-        stitcher.next_round()
-    return bytes(out), ends
-
-
 # -- oracles -----------------------------------------------------------------------------------
-
-
-def decoded(adapter: Any, body: bytes) -> dict[str, Any]:
-    decoder = adapter.decoder()
-    decoder.feed(body)
-    decoder.feed(b"")
-    assert decoder.done
-    return decoder.message()
 
 
 def expected(adapter: Any, rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -215,71 +142,60 @@ def sdk_view(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def assert_no_phantom(client: bytes) -> None:
-    assert P.encode() not in client
-    assert not any(call_id in client for call_id in PHANTOM_IDS)
-
-
-def check_stitched(rounds: list[dict[str, Any]], chunker: Chunker, **kwargs: Any) -> tuple[bytes, dict[str, Any]]:
-    """Both oracles on the stitched stream of ``rounds``; returns the client bytes and message."""
-    client, ends = drive(A, [anthropic.encode(m) for m in rounds], chunker, **kwargs)
-    assert [end.message for end in ends] == rounds  # the decoder's own assembly, phantom calls included
-    assert all(end.complete and end.error is None for end in ends)
-    assert_no_phantom(client)
+def check(client: bytes, got: dict[str, Any]) -> None:
     check_grammar(sse_events(client))
-    got = decoded(A, client)
-    assert got == expected(A, rounds)
     assert sdk_view(anthropic_final(client, chunk=7)) == got
-    return client, got
 
 
-# -- no search: byte identity ------------------------------------------------------------------
+# -- errors ------------------------------------------------------------------------------------
+
+UPSTREAM_ERROR = {
+    "type": "error",
+    "error": {"type": "overloaded_error", "message": "Overloaded"},
+    "request_id": "req_1",
+}
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize("name", ["anthropic_thinking_tool.sse", "anthropic_server_tools_crlf.sse"])
-def test_a_round_without_search_is_forwarded_byte_for_byte(name: str, chunker: Chunker) -> None:
-    body = fixture(name)
-    client, ends = drive(A, [body], chunker)
-    assert client == body
-    assert ends[0].message == decoded(A, body)
+def broken(m: dict[str, Any], keep: int) -> bytes:
+    """``m``'s first ``keep`` events, then an upstream ``error`` event."""
+    events = anthropic.stream_events(m)[:keep] + [UPSTREAM_ERROR]
+    return b"".join(anthropic.encode_event_object(e) for e in events)
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_our_own_encoding_without_search_is_byte_identical(chunker: Chunker) -> None:
-    body = anthropic.encode(ANSWER_CALL)
-    assert drive(A, [body], chunker)[0] == body
+API = Api(
+    adapter=A,
+    rounds={"search": anthropic.encode(SEARCH_1), "search_2": anthropic.encode(SEARCH_2),
+            "call": anthropic.encode(ANSWER_CALL), "text": anthropic.encode(ANSWER_TEXT),
+            "mixed": anthropic.encode(MIXED)},
+    error_round=(broken(ANSWER_TEXT, keep=4), anthropic.encode_event_object({"type": "ping"})),
+    plain=(fixture("anthropic_thinking_tool.sse"), fixture("anthropic_server_tools_crlf.sse"),
+           anthropic.encode(ANSWER_CALL)),
+    hidden=tuple(PHANTOM_IDS),
+    expected=lambda messages: expected(A, messages),
+    check=check,
+    sdk=lambda client: anthropic_final(client, chunk=5),
+    sdk_error=anthropic_sdk.APIStatusError,
+    stop=lambda m: m["stop_reason"],
+    stops=("tool_use", "end_turn"),
+    ident=lambda m: m["id"],
+    usage=lambda m: m["usage"],
+)
 
 
-# -- stitched rounds ---------------------------------------------------------------------------
+# -- what the client reads of each round -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_one_search_then_a_visible_call(chunker: Chunker) -> None:
-    _, got = check_stitched([SEARCH_1, ANSWER_CALL], chunker)
+def test_every_rounds_thinking_and_signatures_stay() -> None:
+    _, got, _ = stitched(API, [API.rounds["search"], API.rounds["call"]])
     assert got["id"] == "msg_round1"
     assert [b["type"] for b in got["content"]] == ["thinking", "text", "thinking", "text", "tool_use"]
     assert got["content"][0]["signature"] == "SIG_one==" and got["content"][2]["signature"] == "SIG_three=="
-    assert got["stop_reason"] == "tool_use"
     assert got["usage"]["input_tokens"] == 320 and got["usage"]["output_tokens"] == 70
     assert got["usage"]["cache_read_input_tokens"] == 2200 and got["usage"]["cache_creation_input_tokens"] == 14
     assert got["usage"]["server_tool_use"] == {"web_search_requests": 3}
-
-
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_two_searches_then_text(chunker: Chunker) -> None:
-    _, got = check_stitched([SEARCH_1, SEARCH_2, ANSWER_TEXT], chunker)
+    _, got, _ = stitched(API, [API.rounds["search"], API.rounds["search_2"], API.rounds["text"]])
     assert [b["type"] for b in got["content"]] == ["thinking", "text", "redacted_thinking", "text"]
-    assert got["stop_reason"] == "end_turn"
     assert got["usage"]["input_tokens"] == 470 and got["usage"]["output_tokens"] == 57
-
-
-def test_the_sdk_final_usage_is_the_sum_over_rounds() -> None:
-    client, _ = drive(A, [anthropic.encode(m) for m in (SEARCH_1, SEARCH_2, ANSWER_CALL)], whole)
-    usage = anthropic_final(client)["usage"]
-    assert usage["input_tokens"] == 480 and usage["output_tokens"] == 82
-    assert usage["cache_creation_input_tokens"] == 21 and usage["cache_read_input_tokens"] == 3300
-    assert usage["server_tool_use"] == {"web_search_requests": 3}
 
 
 def test_the_cache_creation_breakdown_stays_round_ones_in_the_sdk() -> None:
@@ -287,29 +203,20 @@ def test_the_cache_creation_breakdown_stays_round_ones_in_the_sdk() -> None:
     rounds = copy.deepcopy([SEARCH_1, ANSWER_TEXT])
     for m in rounds:
         m["usage"]["cache_creation"] = {"ephemeral_5m_input_tokens": 7, "ephemeral_1h_input_tokens": 0}
-    client, _ = drive(A, [anthropic.encode(m) for m in rounds], whole)
-    assert decoded(A, client)["usage"]["cache_creation"]["ephemeral_5m_input_tokens"] == 14
+    client, _ = drive(A, [anthropic.encode(m) for m in rounds])
+    assert decoder_of(A, client).message()["usage"]["cache_creation"]["ephemeral_5m_input_tokens"] == 14
     assert anthropic_final(client)["usage"]["cache_creation"]["ephemeral_5m_input_tokens"] == 7
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_mixed_round_streams_the_real_call_and_drops_the_phantom(chunker: Chunker) -> None:
-    body = anthropic.encode(MIXED)
-    client, _ = check_stitched([MIXED], chunker)
+@pytest.mark.parametrize("chunker", [whole, every_byte], ids=chunker_id)
+def test_mixed_round_renumbers_the_real_call_and_forwards_the_closing_events(chunker: Chunker) -> None:
+    client, _, _ = stitched(API, [API.rounds["mixed"]], chunker)
     events = sse_events(client)
     starts = [e for e in events if e["type"] == "content_block_start"]
     assert [(e["index"], e["content_block"].get("name")) for e in starts] == [(0, None), (1, "read_file")]
     assert events[-2]["delta"]["stop_reason"] == "tool_use"
-    upstream_closing = SSEDecoder().feed(body)[-2:]
+    upstream_closing = SSEDecoder().feed(API.rounds["mixed"])[-2:]
     assert client.endswith(b"".join(e.raw for e in upstream_closing))  # unchanged: forwarded as they came
-
-
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_max_loops_hides_the_search_and_ends_the_turn(chunker: Chunker) -> None:
-    _, got = check_stitched([SEARCH_1], chunker, max_rounds=1)
-    assert got["stop_reason"] == "end_turn"
-    assert [b["type"] for b in got["content"]] == ["thinking", "text"]
-    assert got["usage"] == SEARCH_1["usage"]
 
 
 def test_events_go_out_with_the_feed_that_completes_them() -> None:
@@ -338,54 +245,30 @@ def test_events_go_out_with_the_feed_that_completes_them() -> None:
     assert [e["type"] for e in closing] == ["message_delta", "message_stop"]
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=chunker_id)
 def test_an_unterminated_last_event_goes_out_terminated(chunker: Chunker) -> None:
     """The SSE decoder dispatches a last event without its blank line at the end of the body;
     its raw bytes would run into whatever follows, so it is re-encoded."""
-    rounds = [anthropic.encode(SEARCH_1), anthropic.encode(ANSWER_TEXT)]
+    rounds = [API.rounds["search"], API.rounds["text"]]
     client, ends = drive(A, [body.removesuffix(b"\n\n") for body in rounds], chunker)
     assert all(end.complete for end in ends)
-    assert client == drive(A, rounds, whole)[0]
-    assert sdk_view(anthropic_final(client)) == decoded(A, client) == expected(A, [SEARCH_1, ANSWER_TEXT])
+    assert client == drive(A, rounds)[0]
+    got = decoder_of(A, client).message()
+    assert sdk_view(anthropic_final(client)) == got == expected(A, [SEARCH_1, ANSWER_TEXT])
 
 
 # -- errors ------------------------------------------------------------------------------------
 
-UPSTREAM_ERROR = {
-    "type": "error",
-    "error": {"type": "overloaded_error", "message": "Overloaded"},
-    "request_id": "req_1",
-}
 
-
-def broken(m: dict[str, Any], keep: int) -> bytes:
-    """``m``'s first ``keep`` events, then an upstream ``error`` event."""
-    events = anthropic.stream_events(m)[:keep] + [UPSTREAM_ERROR]
-    return b"".join(anthropic.encode_event_object(e) for e in events)
-
-
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_an_error_event_in_round_two_is_passed_on_at_once(chunker: Chunker) -> None:
-    round2 = broken(ANSWER_TEXT, keep=4)  # message_start, ping, block start, text delta
-    client, ends = drive(A, [anthropic.encode(SEARCH_1), round2], chunker)
-    assert ends[-1].error == UPSTREAM_ERROR and ends[-1].message is None
+def test_an_error_event_in_round_two_reaches_the_sdk_as_the_upstreams() -> None:
+    client, ends = drive(A, [API.rounds["search"], API.error_round[0]], every_byte)
+    assert ends[-1].error == UPSTREAM_ERROR
     assert client.endswith(anthropic.encode_event_object(UPSTREAM_ERROR))
-    assert_no_phantom(client)
-    events = sse_events(client)
-    check_grammar(events[:-1], closed=False)
+    check_grammar(sse_events(client)[:-1], closed=False)
     assert b"It is sunny" in client
     with pytest.raises(anthropic_sdk.APIStatusError) as raised:
         anthropic_final(client, chunk=5)
     assert raised.value.body == UPSTREAM_ERROR
-
-
-def test_nothing_follows_an_upstream_error() -> None:
-    stitcher = A.stitcher(P, "{}")
-    body = broken(ANSWER_TEXT, keep=2) + anthropic.encode_event_object({"type": "ping"})
-    out = stitcher.feed(body)
-    assert out.endswith(anthropic.encode_event_object(UPSTREAM_ERROR))
-    assert stitcher.end_round().error == UPSTREAM_ERROR
-    assert stitcher.fail(Failure(502)) == b"" and stitcher.finish() == b""
 
 
 OVERLOADED_BODY = json.dumps(UPSTREAM_ERROR).encode()
@@ -404,13 +287,12 @@ EARLY_END = {"type": "error", "error": {"type": "api_error", "message": "upstrea
         (504, b"", "timeout_error", "upstream answered HTTP 504"),
     ],
 )
-@pytest.mark.parametrize("chunker", [whole, every_byte], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("chunker", [whole, every_byte], ids=chunker_id)
 def test_fail_after_round_one_sends_the_providers_error(
     status: int, body: bytes, kind: str, text: str, chunker: Chunker
 ) -> None:
-    client, ends = drive(A, [anthropic.encode(SEARCH_1)], chunker, failure=Failure(status, body))
+    client, ends = drive(A, [API.rounds["search"]], chunker, failure=Failure(status, body))
     assert ends[0].complete
-    assert_no_phantom(client)
     events = sse_events(client)
     check_grammar(events[:-1], closed=False)
     assert events[-1] == {"type": "error", "error": {"type": kind, "message": text}}
@@ -420,20 +302,16 @@ def test_fail_after_round_one_sends_the_providers_error(
     assert raised.value.body["error"]["type"] == kind
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_a_truncated_round_ends_with_an_api_error(chunker: Chunker) -> None:
-    round2 = anthropic.encode(ANSWER_CALL)
-    client, ends = drive(A, [anthropic.encode(SEARCH_1), round2[: len(round2) // 2]], chunker)
-    assert not ends[-1].complete and ends[-1].error is None
+def test_a_truncated_round_ends_with_an_api_error() -> None:
+    round2 = API.rounds["call"]
+    client, _ = drive(A, [API.rounds["search"], round2[: len(round2) // 2]], every_byte)
     events = sse_events(client)
     assert events[-1] == EARLY_END
     check_grammar(events[:-1], closed=False)
-    with pytest.raises(anthropic_sdk.APIStatusError):
-        anthropic_final(client)
 
 
 def test_a_round_one_that_never_started_still_ends_with_an_error() -> None:
-    client, ends = drive(A, [b"event: message_start\ndata: {\"type\":\"mess"], whole)
+    client, ends = drive(A, [b"event: message_start\ndata: {\"type\":\"mess"])
     assert ends[0].message is None and not ends[0].complete
     assert sse_events(client) == [EARLY_END]
     with pytest.raises(anthropic_sdk.APIStatusError):
@@ -443,7 +321,7 @@ def test_a_round_one_that_never_started_still_ends_with_an_error() -> None:
 def test_a_visible_event_left_unterminated_by_a_truncated_round_goes_out_before_the_error() -> None:
     events = anthropic.stream_events(ANSWER_TEXT)[:4]  # ... the text delta, then the body ends
     round2 = b"".join(anthropic.encode_event_object(e) for e in events).removesuffix(b"\n\n")
-    client, ends = drive(A, [anthropic.encode(SEARCH_1), round2], every_byte)
+    client, ends = drive(A, [API.rounds["search"], round2], every_byte)
     assert not ends[-1].complete
     kinds = [e["type"] for e in sse_events(client)]
     assert kinds[-2:] == ["content_block_delta", "error"] and b"It is sunny" in client

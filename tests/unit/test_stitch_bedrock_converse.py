@@ -4,27 +4,26 @@ Oracles: our decoder (the stitched stream decodes to ``merge`` of the stripped r
 boto3's ``bedrock-runtime`` client reading the stream as it reads a real response
 (``converse_stream``: botocore's ``EventStream`` with the service model's output shape and
 its event-stream JSON parser; CRCs checked; an exception frame raises ``EventStreamError``).
-Every case runs under several chunkings (whole, every byte, seeded random splits).
+The scenarios every API shares run in test_stitch_contract.py on ``API``; here, what only
+ConverseStream has.
 """
 
 from __future__ import annotations
 
 import json
-import random
-from collections.abc import Callable
 from typing import Any
 
 import botocore.exceptions
 import pytest
 from test_streams_support import boto3_events, fixture
 from tooldisco.providers.bedrock import ConverseAdapter
-from tooldisco.stitch import Failure, RoundEnd
+from tooldisco.stitch import Failure
 from tooldisco.streams.bedrock import ConverseStreamAssembler, converse_events, encode_converse
 from tooldisco.streams.eventstream import EventStreamDecoder, EventStreamError, Frame, encode_frame
 
-P = "gateway_search_tools"
+from tests.support.stitch import CHUNKERS, P, Api, Chunker, chunker_id, drive, every_byte, stitched, whole
+
 C = ConverseAdapter()
-Chunker = Callable[[bytes], list[bytes]]
 
 
 # -- upstream rounds ---------------------------------------------------------------------------
@@ -93,7 +92,7 @@ MIXED = response(
     25,
     300,
 )
-PHANTOM_TRACES = [P, "tooluse_phantom_1", "tooluse_phantom_2", "tooluse_phantom_m"]
+PHANTOM_IDS = (b"tooluse_phantom_1", b"tooluse_phantom_2", b"tooluse_phantom_m")
 EVENT = {":content-type": "application/json", ":message-type": "event"}
 
 
@@ -115,77 +114,7 @@ def bedrock(m: dict[str, Any]) -> bytes:
     return b"".join(frames)
 
 
-ENCODERS = [encode_converse, bedrock]
-
-
-# -- chunkings and the runner ------------------------------------------------------------------
-
-
-def whole(body: bytes) -> list[bytes]:
-    return [body]
-
-
-def every_byte(body: bytes) -> list[bytes]:
-    return [body[i : i + 1] for i in range(len(body))]
-
-
-def random_splits(seed: int) -> Chunker:
-    def split(body: bytes) -> list[bytes]:
-        rng = random.Random(seed + len(body))
-        chunks, pos = [], 0
-        while pos < len(body):
-            step = rng.randint(1, rng.choice([3, 17, 200]))
-            chunks.append(body[pos : pos + step])
-            pos += step
-        return chunks
-
-    split.__name__ = f"random_{seed}"
-    return split
-
-
-CHUNKERS = [whole, every_byte, random_splits(1), random_splits(2), random_splits(3)]
-
-
-def drive(
-    rounds: list[bytes], chunker: Chunker, max_rounds: int = 5, failure: Failure | None = None
-) -> tuple[bytes, list[RoundEnd]]:
-    """Feed ``rounds`` the way the runner does. A phantom-only round with rounds left is
-    re-forwarded; when no upstream round follows it, the re-forward answers ``failure``."""
-    stitcher = C.stitcher(P, "{}")
-    out = bytearray()
-    ends: list[RoundEnd] = []
-    for k, body in enumerate(rounds, 1):
-        for chunk in chunker(body):
-            out += stitcher.feed(chunk)
-        end = stitcher.end_round()
-        ends.append(end)
-        if end.error is not None:
-            break
-        if not end.complete:
-            out += stitcher.fail(Failure(502, message="upstream stream ended early"))
-            break
-        calls = C.calls(end.message or {})
-        if not (calls and all(c.name == P for c in calls) and k < max_rounds):
-            assert k == len(rounds), "the loop ended before every upstream round was used"
-            out += stitcher.finish()
-            break
-        if k == len(rounds):
-            assert failure is not None, "a re-forward needs an upstream round or a failure"
-            out += stitcher.fail(failure)
-            break
-        stitcher.next_round()
-    return bytes(out), ends
-
-
 # -- oracles -----------------------------------------------------------------------------------
-
-
-def decoded(body: bytes) -> dict[str, Any]:
-    decoder = C.decoder()
-    decoder.feed(body)
-    decoder.feed(b"")
-    assert decoder.done
-    return decoder.message()
 
 
 def expected(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -225,49 +154,56 @@ def boto3_message(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     return assembler.message()
 
 
-def assert_no_phantom(client: bytes) -> None:
-    assert not any(trace.encode() in client for trace in PHANTOM_TRACES)
-
-
-def check_stitched(
-    rounds: list[dict[str, Any]], chunker: Chunker, encoder: Callable[[dict[str, Any]], bytes] = bedrock, **kwargs: Any
-) -> tuple[bytes, dict[str, Any]]:
-    """Both oracles on the stitched stream of ``rounds``; returns the client bytes and message."""
-    client, ends = drive([encoder(m) for m in rounds], chunker, **kwargs)
-    assert [end.message for end in ends] == rounds  # the decoder's own assembly, phantom calls included
-    assert all(end.complete and end.error is None for end in ends)
-    assert_no_phantom(client)
-    got = decoded(client)
-    assert got == expected(rounds)
+def check(client: bytes, got: dict[str, Any]) -> None:
     events = boto3_view(client)
     check_grammar(events)
     assert boto3_message(events) == got
-    return client, got
 
 
-# -- no search: byte identity ------------------------------------------------------------------
+def frames(body: bytes) -> list[Frame]:
+    return EventStreamDecoder().feed(body)
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize(
-    "body",
-    [fixture("bedrock_converse_tool.bin"), encode_converse(ANSWER_CALL), bedrock(ANSWER_TEXT), bedrock(ANSWER_CALL)],
-    ids=["fixture", "encoded", "padded-text", "padded-call"],
+THROTTLED = {
+    ":exception-type": "throttlingException",
+    ":content-type": "application/json",
+    ":message-type": "exception",
+}
+WAIT = "Too many requests, please wait before trying again."
+EXCEPTION = encode_frame(THROTTLED, json.dumps({"message": WAIT}).encode())
+CALL_FRAMES = [f.raw for f in frames(bedrock(ANSWER_CALL))]
+
+API = Api(
+    adapter=C,
+    rounds={"search": bedrock(SEARCH_1), "search_2": bedrock(SEARCH_2), "call": bedrock(ANSWER_CALL),
+            "text": bedrock(ANSWER_TEXT), "mixed": bedrock(MIXED)},
+    error_round=(b"".join(CALL_FRAMES[:4]) + EXCEPTION, b"".join(CALL_FRAMES[4:])),
+    plain=(fixture("bedrock_converse_tool.bin"), encode_converse(ANSWER_CALL), bedrock(ANSWER_TEXT),
+           bedrock(ANSWER_CALL)),
+    hidden=PHANTOM_IDS,
+    expected=expected,
+    check=check,
+    sdk=boto3_view,
+    sdk_error=botocore.exceptions.EventStreamError,
+    stop=lambda m: m["stopReason"],
+    stops=("tool_use", "end_turn"),
+    ident=lambda m: None,  # a Converse stream carries no id
+    usage=lambda m: {"usage": m["usage"], "metrics": m["metrics"]},
 )
-def test_a_round_without_search_is_forwarded_byte_for_byte(body: bytes, chunker: Chunker) -> None:
-    client, ends = drive([body], chunker)
-    assert client == body
-    assert ends[0].message == decoded(body) and ends[0].complete
 
 
 # -- stitched rounds ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize("encoder", ENCODERS, ids=lambda e: e.__name__)
-def test_one_search_then_a_visible_call(encoder: Callable[[dict[str, Any]], bytes], chunker: Chunker) -> None:
-    client, got = check_stitched([SEARCH_1, ANSWER_CALL], chunker, encoder)
-    assert got["stopReason"] == "tool_use"
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=chunker_id)
+def test_our_own_encoding_stitches_too(chunker: Chunker) -> None:
+    """The rounds as ``encode_converse`` writes them (one delta per block, no padding)."""
+    _, got, _ = stitched(API, [encode_converse(SEARCH_1), encode_converse(ANSWER_CALL)], chunker)
+    assert got == expected([SEARCH_1, ANSWER_CALL])
+
+
+def test_reasoning_signatures_usage_and_metrics_of_every_round() -> None:
+    _, got, _ = stitched(API, [API.rounds["search"], API.rounds["call"]])
     assert [next(iter(b)) for b in got["output"]["message"]["content"]] == [
         "reasoningContent", "text", "reasoningContent", "text", "toolUse"
     ]
@@ -280,31 +216,17 @@ def test_one_search_then_a_visible_call(encoder: Callable[[dict[str, Any]], byte
         "cacheWriteInputTokens": 0,
     }
     assert got["metrics"] == {"latencyMs": 1000}
-
-
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_two_searches_then_text(chunker: Chunker) -> None:
-    _, got = check_stitched([SEARCH_1, SEARCH_2, ANSWER_TEXT], chunker)
+    _, got, _ = stitched(API, [API.rounds["search"], API.rounds["search_2"], API.rounds["text"]])
     assert got["stopReason"] == "end_turn" and got["metrics"] == {"latencyMs": 400 + 500 + 700}
     assert got["usage"]["inputTokens"] == 100 + 160 + 210
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_mixed_round_streams_the_real_call(chunker: Chunker) -> None:
-    client, got = check_stitched([MIXED], chunker)
+def test_mixed_round_renumbers_the_real_call() -> None:
+    client, got, _ = stitched(API, [API.rounds["mixed"]], every_byte)
     real = tool("tooluse_real_m", "read_file", {"path": "a.txt"})
     assert got["output"]["message"]["content"] == [text("Two things at once."), real]
-    assert got["stopReason"] == "tool_use"
     starts = [p for n, p in boto3_view(client) if n == "contentBlockStart"]
     assert [p["contentBlockIndex"] for p in starts] == [1]
-
-
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_max_loops_ends_a_phantom_only_round_as_end_turn(chunker: Chunker) -> None:
-    _, got = check_stitched([SEARCH_1], chunker, max_rounds=1)
-    assert got["stopReason"] == "end_turn" and got["usage"] == SEARCH_1["usage"]
-    _, got = check_stitched([SEARCH_1, SEARCH_2], chunker, max_rounds=2)
-    assert got["stopReason"] == "end_turn" and got["metrics"] == {"latencyMs": 900}
 
 
 def test_frames_go_out_with_the_feed_that_completes_them() -> None:
@@ -331,33 +253,17 @@ def test_frames_go_out_with_the_feed_that_completes_them() -> None:
 
 # -- errors ------------------------------------------------------------------------------------
 
-THROTTLED = {
-    ":exception-type": "throttlingException",
-    ":content-type": "application/json",
-    ":message-type": "exception",
-}
-WAIT = "Too many requests, please wait before trying again."
 
-
-def frames(body: bytes) -> list[Frame]:
-    return EventStreamDecoder().feed(body)
-
-
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_an_exception_frame_in_round_two_is_passed_on_at_once(chunker: Chunker) -> None:
-    exception = encode_frame(THROTTLED, json.dumps({"message": WAIT}).encode())
-    sent = frames(bedrock(ANSWER_CALL))
-    round2 = b"".join(f.raw for f in sent[:4]) + exception + b"".join(f.raw for f in sent[4:])  # nothing follows it
-    client, ends = drive([bedrock(SEARCH_1), round2], chunker)
-    assert ends[-1].error == {"type": "throttlingException", "message": WAIT} and ends[-1].message is None
-    assert client.endswith(exception)
-    assert_no_phantom(client)
+def test_an_exception_frame_in_round_two_reaches_boto3_as_it_came() -> None:
+    client, ends = drive(C, [API.rounds["search"], b"".join(API.error_round)], every_byte)
+    assert ends[-1].error == {"type": "throttlingException", "message": WAIT}
+    assert client.endswith(EXCEPTION)
     with pytest.raises(botocore.exceptions.EventStreamError) as raised:
         boto3_view(client)
     assert raised.value.response["Error"] == {"Code": "throttlingException", "Message": WAIT}
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=chunker_id)
 def test_an_upstream_exception_in_round_one_passes_byte_for_byte(chunker: Chunker) -> None:
     body = fixture("bedrock_converse_throttled.bin")
     stitcher = C.stitcher(P, "{}")
@@ -382,37 +288,32 @@ def test_an_upstream_exception_in_round_one_passes_byte_for_byte(chunker: Chunke
          "The model returned the following errors: bad input"),
     ],
 )
-@pytest.mark.parametrize("chunker", [whole, every_byte], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("chunker", [whole, every_byte], ids=chunker_id)
 def test_fail_after_round_one_sends_an_exception_frame(
     status: int, body: bytes, kind: str, text: str, chunker: Chunker
 ) -> None:
-    client, _ = drive([bedrock(SEARCH_1)], chunker, failure=Failure(status, body))
+    client, _ = drive(C, [API.rounds["search"]], chunker, failure=Failure(status, body))
     sent = frames(client)
     assert sent[-1].message_type == "exception" and sent[-1].headers[":exception-type"] == kind
     assert json.loads(sent[-1].payload) == {"message": text}
     assert all(f.message_type == "event" for f in sent[:-1])
     assert "messageStop" not in [f.event_type for f in sent]  # never an empty success
-    assert_no_phantom(client)
     with pytest.raises(botocore.exceptions.EventStreamError) as raised:
         boto3_view(client)
     assert raised.value.response["Error"] == {"Code": kind, "Message": text}
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_a_round_ending_inside_a_frame_is_incomplete(chunker: Chunker) -> None:
-    round2 = bedrock(ANSWER_CALL)
-    client, ends = drive([bedrock(SEARCH_1), round2[: len(round2) // 2]], chunker)
-    assert not ends[-1].complete and ends[-1].error is None
+def test_a_round_ending_inside_a_frame_ends_with_an_internal_server_exception() -> None:
+    round2 = API.rounds["call"]
+    client, _ = drive(C, [API.rounds["search"], round2[: len(round2) // 2]], every_byte)
     sent = frames(client)
     assert sent[-1].headers[":exception-type"] == "internalServerException"
     assert json.loads(sent[-1].payload) == {"message": "upstream stream ended early"}
-    with pytest.raises(botocore.exceptions.EventStreamError):
-        boto3_view(client)
 
 
 def test_a_round_without_metadata_is_incomplete() -> None:
     round1 = b"".join(f.raw for f in frames(bedrock(ANSWER_TEXT)) if f.event_type != "metadata")
-    client, ends = drive([round1], whole)
+    client, ends = drive(C, [round1])
     assert not ends[0].complete and ends[0].message is not None
     assert frames(client)[-1].message_type == "exception"
 
@@ -429,7 +330,7 @@ def test_a_corrupt_frame_raises_for_the_runner_to_fail() -> None:
 
 
 def test_changed_frames_drop_the_padding_and_keep_valid_crcs() -> None:
-    client, _ = drive([bedrock(SEARCH_1), bedrock(ANSWER_CALL)], whole)
+    client, _ = drive(C, [API.rounds["search"], API.rounds["call"]])
     sent = frames(client)  # raises on a bad CRC
     renumbered = [f for f in sent if json.loads(f.payload).get("contentBlockIndex", 0) >= 2]
     assert renumbered and all("p" not in json.loads(f.payload) for f in renumbered)

@@ -4,6 +4,8 @@ Oracles: our decoder (``merge`` of the stripped rounds, invocation metrics summe
 botocore's event-stream parser as boto3 runs it (frames, CRCs, exception frames raise
 ``EventStreamError``) with the inner events folded by the anthropic SDK's own
 ``accumulate_event``, and the anthropic SDK's Bedrock client reading the whole stream.
+The scenarios every API shares run in test_stitch_contract.py on ``API``; here, what only
+InvokeModel's stream has.
 """
 
 from __future__ import annotations
@@ -17,30 +19,16 @@ import anthropic as anthropic_sdk
 import botocore.exceptions
 import pytest
 from anthropic.lib.streaming._messages import accumulate_event
-from test_stitch_anthropic import (
-    ANSWER_CALL,
-    ANSWER_TEXT,
-    CHUNKERS,
-    MIXED,
-    P,
-    PHANTOM_IDS,
-    SEARCH_1,
-    SEARCH_2,
-    Chunker,
-    check_grammar,
-    decoded,
-    drive,
-    every_byte,
-    expected,
-    sdk_view,
-    whole,
-)
+from test_stitch_anthropic import ANSWER_CALL, ANSWER_TEXT, MIXED, PHANTOM_IDS, SEARCH_1, SEARCH_2, check_grammar, \
+    expected, sdk_view
 from test_streams_support import anthropic_bedrock_final, boto3_events, fixture
 from tooldisco.providers.bedrock import InvokeAdapter
 from tooldisco.stitch import Failure
 from tooldisco.streams import anthropic
 from tooldisco.streams.bedrock import METRICS, encode_invoke
 from tooldisco.streams.eventstream import EventStreamDecoder, EventStreamError, Frame, encode_frame
+
+from tests.support.stitch import CHUNKERS, P, Api, Chunker, chunker_id, decoder_of, drive, every_byte, stitched, whole
 
 INVOKE = InvokeAdapter(stream=True)
 
@@ -101,71 +89,65 @@ def assert_no_phantom(client: bytes, events: list[dict[str, Any]]) -> None:
     assert P.encode() not in client
 
 
-def check_stitched(rounds: list[dict[str, Any]], chunker: Chunker, **kwargs: Any) -> tuple[bytes, dict[str, Any]]:
-    client, ends = drive(INVOKE, [encode_invoke(m) for m in rounds], chunker, **kwargs)
-    assert [end.message for end in ends] == rounds and all(end.complete for end in ends)
+def check(client: bytes, got: dict[str, Any]) -> None:
     events = inner_events(client)
     assert_no_phantom(client, events)
     check_grammar(events)
-    got = decoded(INVOKE, client)
-    assert got == expected(INVOKE, rounds)
     assert events[-1][METRICS] == got[METRICS]
     plain = sdk_view({k: v for k, v in got.items() if k != METRICS})
     assert sdk_view(sdk_accumulated(events)) == plain
     assert sdk_view(anthropic_bedrock_final(client, chunk=9)) == plain
-    return client, got
 
 
-# -- no search: byte identity ------------------------------------------------------------------
+THROTTLED = {
+    ":exception-type": "throttlingException",
+    ":content-type": "application/json",
+    ":message-type": "exception",
+}
+WAIT = "Too many requests, please wait before trying again."
+OVERLOADED = json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}).encode()
+TOO_MANY = encode_frame(THROTTLED, b'{"message":"Too many tokens, please wait."}')
+TEXT_FRAMES = [f.raw for f in EventStreamDecoder().feed(encode_invoke(R_TEXT))]
 
-
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize(
-    "body",
-    [fixture("bedrock_invoke_claude.bin"), encode_invoke(R_CALL), bedrock_body(R_TEXT)],
-    ids=["fixture", "encoded", "padded"],
+API = Api(
+    adapter=INVOKE,
+    rounds={"search": encode_invoke(R1), "search_2": encode_invoke(R2), "call": encode_invoke(R_CALL),
+            "text": encode_invoke(R_TEXT), "mixed": encode_invoke(R_MIXED)},
+    error_round=(b"".join(TEXT_FRAMES[:3]) + TOO_MANY, b"".join(TEXT_FRAMES[3:])),
+    plain=(fixture("bedrock_invoke_claude.bin"), encode_invoke(R_CALL), bedrock_body(R_TEXT)),
+    hidden=tuple(PHANTOM_IDS),
+    expected=lambda messages: expected(INVOKE, messages),
+    check=check,
+    sdk=anthropic_bedrock_final,
+    sdk_error=anthropic_sdk.APIStatusError,
+    stop=lambda m: m["stop_reason"],
+    stops=("tool_use", "end_turn"),
+    ident=lambda m: m["id"],
+    usage=lambda m: {"usage": m["usage"], METRICS: m[METRICS]},
 )
-def test_a_round_without_search_is_forwarded_byte_for_byte(body: bytes, chunker: Chunker) -> None:
-    client, ends = drive(INVOKE, [body], chunker)
-    assert client == body
-    assert ends[0].message == decoded(INVOKE, body)
 
 
 # -- stitched rounds ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_one_search_then_a_visible_call(chunker: Chunker) -> None:
-    _, got = check_stitched([R1, R_CALL], chunker)
+def test_invocation_metrics_are_summed_over_rounds() -> None:
+    _, got, _ = stitched(API, [API.rounds["search"], API.rounds["call"]])
     assert got["id"] == "msg_round1" and got["stop_reason"] == "tool_use"
     assert [b["type"] for b in got["content"]] == ["thinking", "text", "thinking", "text", "tool_use"]
     assert got["usage"]["input_tokens"] == 320 and got["usage"]["output_tokens"] == 70
     sums = {"inputTokenCount": 320, "outputTokenCount": 70, "invocationLatency": 1000, "firstByteLatency": 250}
     assert got[METRICS] == sums
-
-
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_two_searches_then_text(chunker: Chunker) -> None:
-    _, got = check_stitched([R1, R2, R_TEXT], chunker)
-    assert got["stop_reason"] == "end_turn"
+    _, got, _ = stitched(API, [API.rounds["search"], API.rounds["search_2"], API.rounds["text"]])
     assert got[METRICS]["invocationLatency"] == 400 + 500 + 700
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_mixed_round_and_max_loops(chunker: Chunker) -> None:
-    _, got = check_stitched([R_MIXED], chunker)
-    assert [b.get("name") for b in got["content"]] == [None, "read_file"] and got["stop_reason"] == "tool_use"
-    _, got = check_stitched([R1], chunker, max_rounds=1)
-    assert got["stop_reason"] == "end_turn" and got[METRICS] == R1[METRICS]
-
-
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=chunker_id)
 def test_padded_upstream_frames_stitch(chunker: Chunker) -> None:
     client, _ = drive(INVOKE, [bedrock_body(R1), bedrock_body(R_CALL)], chunker)
     events = inner_events(client)
     assert_no_phantom(client, events)
     check_grammar(events)
-    assert decoded(INVOKE, client) == expected(INVOKE, [R1, R_CALL])
+    assert decoder_of(INVOKE, client).message() == expected(INVOKE, [R1, R_CALL])
 
 
 def test_frames_go_out_with_the_feed_that_completes_them() -> None:
@@ -190,22 +172,11 @@ def test_frames_go_out_with_the_feed_that_completes_them() -> None:
 
 # -- errors ------------------------------------------------------------------------------------
 
-THROTTLED = {
-    ":exception-type": "throttlingException",
-    ":content-type": "application/json",
-    ":message-type": "exception",
-}
-WAIT = "Too many requests, please wait before trying again."
-OVERLOADED = json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}).encode()
 
-
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_an_exception_frame_in_round_two_is_passed_on_at_once(chunker: Chunker) -> None:
-    exception = encode_frame(THROTTLED, b'{"message":"Too many tokens, please wait."}')
-    round2 = b"".join(f.raw for f in EventStreamDecoder().feed(encode_invoke(R_TEXT))[:3]) + exception
-    client, ends = drive(INVOKE, [encode_invoke(R1), round2], chunker)
+def test_an_exception_frame_in_round_two_reaches_both_sdks() -> None:
+    client, ends = drive(INVOKE, [API.rounds["search"], API.error_round[0]], every_byte)
     assert ends[-1].error == {"type": "throttlingException", "message": "Too many tokens, please wait."}
-    assert client.endswith(exception)
+    assert client.endswith(TOO_MANY)
     with pytest.raises(botocore.exceptions.EventStreamError) as raised:
         inner_events(client)
     assert raised.value.response["Error"]["Code"] == "throttlingException"
@@ -226,11 +197,11 @@ def test_an_exception_frame_in_round_two_is_passed_on_at_once(chunker: Chunker) 
         (400, b'{"message":"bad input"}', "validationException", "bad input"),
     ],
 )
-@pytest.mark.parametrize("chunker", [whole, every_byte], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("chunker", [whole, every_byte], ids=chunker_id)
 def test_fail_after_round_one_sends_an_exception_frame(
     status: int, body: bytes, kind: str, text: str, chunker: Chunker
 ) -> None:
-    client, _ = drive(INVOKE, [encode_invoke(R1)], chunker, failure=Failure(status, body))
+    client, _ = drive(INVOKE, [API.rounds["search"]], chunker, failure=Failure(status, body))
     frames = EventStreamDecoder().feed(client)
     assert frames[-1].message_type == "exception" and frames[-1].headers[":exception-type"] == kind
     assert json.loads(frames[-1].payload) == {"message": text}
@@ -242,11 +213,9 @@ def test_fail_after_round_one_sends_an_exception_frame(
         anthropic_bedrock_final(client)
 
 
-@pytest.mark.parametrize("chunker", CHUNKERS, ids=lambda c: c.__name__)
-def test_a_round_ending_inside_a_frame_is_incomplete(chunker: Chunker) -> None:
-    round2 = encode_invoke(R_CALL)
-    client, ends = drive(INVOKE, [encode_invoke(R1), round2[: len(round2) // 2]], chunker)
-    assert not ends[-1].complete and ends[-1].error is None
+def test_a_round_ending_inside_a_frame_ends_with_an_internal_server_exception() -> None:
+    round2 = API.rounds["call"]
+    client, _ = drive(INVOKE, [API.rounds["search"], round2[: len(round2) // 2]], every_byte)
     frames = EventStreamDecoder().feed(client)
     assert frames[-1].headers[":exception-type"] == "internalServerException"
     assert json.loads(frames[-1].payload) == {"message": "upstream stream ended early"}

@@ -93,22 +93,10 @@ class Relay:
         self._tasks.add(task)
         conn = h11.Connection(h11.SERVER)
         try:
-            while True:  # kept alive: mitmproxy reuses its connection for the next live flow
-                request, body = await self._read_request(conn, reader)
-                if request is None:
-                    return
-                headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers]
-                token = next((v for k, v in headers if k.lower() == HEADER), "")
-                job = self._jobs.pop(token, None)
-                if job is None:
-                    await _send(writer, conn, h11.Response(status_code=403, headers=[("content-length", "0"),
-                                                                                     ("connection", "close")]))
-                    await _send(writer, conn, h11.EndOfMessage())
-                    return
-                headers = [(k, v) for k, v in headers if k.lower() != HEADER]
-                await self._serve(job.serve(headers, body), conn, reader, writer, task)
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                    return
+            # Kept alive: mitmproxy reuses its connection for the next live flow. One exchange
+            # per call, so nothing of a served flow (its body, its runner) outlives it while
+            # the connection waits for the next one.
+            while await self._exchange(conn, reader, writer, task):
                 conn.start_next_cycle()
         except (ConnectionError, asyncio.IncompleteReadError, h11.ProtocolError) as e:
             logger.debug("relay connection ended: {}", type(e).__name__)
@@ -124,6 +112,24 @@ class Relay:
         finally:
             self._tasks.discard(task)
             writer.close()
+
+    async def _exchange(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        task: asyncio.Task[None]) -> bool:
+        """Serve one request; whether the connection can take the next."""
+        request, body = await self._read_request(conn, reader)
+        if request is None:
+            return False
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers]
+        token = next((v for k, v in headers if k.lower() == HEADER), "")
+        job = self._jobs.pop(token, None)
+        if job is None:
+            await _send(writer, conn, h11.Response(status_code=403, headers=[("content-length", "0"),
+                                                                             ("connection", "close")]))
+            await _send(writer, conn, h11.EndOfMessage())
+            return False
+        headers = [(k, v) for k, v in headers if k.lower() != HEADER]
+        await self._serve(job.serve(headers, body), conn, reader, writer, task)
+        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
     async def _read_request(self, conn: h11.Connection, reader: asyncio.StreamReader
                             ) -> tuple[h11.Request | None, bytes]:

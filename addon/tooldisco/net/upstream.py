@@ -28,6 +28,10 @@ HOP_BY_HOP = frozenset(
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpcore").setLevel(logging.WARNING)
 
+# What a server closing a kept-alive connection under our request looks like: no status line
+# read (RemoteProtocolError "Server disconnected without sending a response"), or the socket
+# reset while we wrote or read. Never a timeout: a slow server may be working on it.
+STALE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 UNREACHABLE = b'{"error":{"type":"api_error","code":502,"message":"the proxy could not reach the upstream"}}'
 
 
@@ -61,10 +65,9 @@ class UpstreamClient:
     async def open(self, url: str, headers: Sequence[tuple[str, str]], body: bytes) -> Answer:
         """POST ``body``; the answer's body is read as it arrives (decoded, no content-encoding)."""
         sent = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP] + [("accept-encoding", "identity")]
-        request = self._client.build_request("POST", url, headers=sent, content=body)
         self._in_use += 1
         try:
-            response = await self._client.send(request, stream=True)
+            response = await self._send(url, sent, body)
         except httpx.HTTPError as e:  # no answer at all: a 502 in the common error shape, so clients retry
             await self._release()
             logger.warning("upstream request failed: {}", type(e).__name__)
@@ -93,6 +96,20 @@ class UpstreamClient:
         # The body is decoded here: its content-encoding header no longer applies.
         kept = [(k, v) for k, v in response.headers.multi_items() if k.lower() != "content-encoding"]
         return Answer(response.status_code, kept, chunks(), close)
+
+    async def _send(self, url: str, headers: list[tuple[str, str]], body: bytes) -> httpx.Response:
+        """Send once more on a new connection when the server closed a kept-alive one without
+        answering (``STALE``): it dropped an idle connection as we reused it, which says nothing
+        of the request. Any other failure, and a second one, is the caller's."""
+        for attempt in (1, 2):
+            request = self._client.build_request("POST", url, headers=headers, content=body)
+            try:
+                return await self._client.send(request, stream=True)
+            except STALE as e:
+                if attempt == 2:
+                    raise
+                logger.debug("upstream closed a kept-alive connection unanswered ({}); sending again", type(e).__name__)
+        raise AssertionError("unreachable")
 
     async def _release(self) -> None:
         self._in_use -= 1

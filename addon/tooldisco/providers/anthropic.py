@@ -67,18 +67,39 @@ def _keep_breakpoint(original: list[str], raws: list[str]) -> list[str]:
     return raws
 
 
+@memoize(16 * MiB)
 def deferred_text(raw: str) -> str:
-    """A tool definition text with ``"defer_loading": true`` set, every other byte kept."""
+    """A tool definition text with ``"defer_loading": true`` set, every other byte kept
+    (memoised: a session sends the same definitions every turn)."""
     return jsonspan.set_member(raw, jsonspan.root(raw), "defer_loading", "true")
 
 
 def _result_content(result: ToolResult) -> Any:
-    """A tool_result's content: the text, then one ``tool_reference`` per tool it loads
-    natively (the API expands each into its definition right there)."""
+    """A tool_result's content. A native search answers with one ``tool_reference`` per tool
+    it loads (the API expands each into its definition right there), as Anthropic's own tool
+    search does. Its text would repeat those definitions in every later request of the
+    session, so only what they do not say (tools listed but not loaded, unknown names) stays,
+    as a text block ahead of them."""
     if not result.loads:
         return result.content
     refs = [{"type": "tool_reference", "tool_name": t.name} for t in result.loads]
-    return [{"type": "text", "text": result.content}, *refs]
+    rest = _beyond_definitions(result.content)
+    return [{"type": "text", "text": rest}, *refs] if rest else refs
+
+
+def _beyond_definitions(text: str) -> str:
+    """A search result's JSON without the briefs of the tools it lists (and without its
+    message when nothing else is left); text that is not such JSON is kept whole."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(data, dict):
+        return text
+    rest = {k: v for k, v in data.items() if k not in ("tools", "message")}
+    if not rest:
+        return ""
+    return json.dumps({**rest, "message": data.get("message", "")}, ensure_ascii=False, separators=(",", ":"))
 
 
 @memoize(16 * MiB)
@@ -123,7 +144,7 @@ class AnthropicAdapter(AdapterDefaults):
                 history.calls |= {str(b.get("id")): str(b.get("name")) for b in blocks if b.get("type") == "tool_use"}
         choice = data.get("tool_choice")
         forced = [choice["name"]] if isinstance(choice, dict) and choice.get("type") == "tool" and isinstance(choice.get("name"), str) else []
-        return history.view(tools, forced, data.get("stream") is True, _session_hint(data))
+        return history.view(tools, forced, data.get("stream") is True, _session_hint(data), model=data.get("model"))
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         return replace_array(body, ["tools"], _keep_breakpoint(tool_spans(body, ["tools"]), list(raws)))

@@ -57,6 +57,7 @@ class RequestView:
     stream: bool = False
     session_hint: str | None = None  # a session id the client put in the body
     continues: str | None = None  # a stored response this request chains from (Responses)
+    model: str = ""  # the body's ``model`` ("" when the body names none: Gemini, Bedrock name it in the path)
 
     def names(self) -> list[str]:
         return [t.name for t in self.tools]

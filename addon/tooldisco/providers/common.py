@@ -72,7 +72,8 @@ class History:
             self.first = self.first or text
 
     def view(
-        self, tools: Sequence[Tool], forced: Iterable[str], stream: bool, hint: Any = None, continues: Any = None
+        self, tools: Sequence[Tool], forced: Iterable[str], stream: bool, hint: Any = None, continues: Any = None,
+        model: Any = None,
     ) -> RequestView:
         used = {self.calls[i] for i in self.answered if i in self.calls}
         used |= {n for n in self.calls.values() if n in self.answered_names}
@@ -85,6 +86,7 @@ class History:
             stream=stream,
             session_hint=hint if isinstance(hint, str) and hint else None,
             continues=continues if isinstance(continues, str) and continues else None,
+            model=model if isinstance(model, str) else "",
         )
 
 

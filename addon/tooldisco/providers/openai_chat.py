@@ -117,7 +117,8 @@ class OpenAIChatAdapter(AdapterDefaults):
             elif role == "tool":
                 history.answered.add(str(m.get("tool_call_id")))
         stream = data.get("stream") is True
-        return history.view(tools, forced_names(data.get("tool_choice")), stream, data.get("prompt_cache_key"))
+        return history.view(tools, forced_names(data.get("tool_choice")), stream, data.get("prompt_cache_key"),
+                            model=data.get("model"))
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         return replace_array(body, ["tools"], raws)

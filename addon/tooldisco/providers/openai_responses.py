@@ -180,6 +180,11 @@ def _stored(data: dict[str, Any]) -> bool:
     return data.get("store") is not False  # the API stores responses unless told not to
 
 
+#: Members of a history item that say nothing the model produced: its status, and what Codex CLI
+#: adds to each item it sends back (its turn ids).
+_CLIENT_ANNOTATIONS = frozenset({"status", "internal_chat_message_metadata_passthrough"})
+
+
 def _replay(output: Any, stored: bool) -> Iterator[dict[str, Any]]:
     """Round-one output items as the next round's input.
 
@@ -249,7 +254,8 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         # tool_choice {type:"function", name} and {type:"allowed_tools", tools:[{type:"function", name}]}
         forced = forced_names(data.get("tool_choice"))
         return history.view(tools, forced, data.get("stream") is True, data.get("prompt_cache_key"),
-                            continues=data.get("previous_response_id") if _stored(data) else None)
+                            continues=data.get("previous_response_id") if _stored(data) else None,
+                            model=data.get("model"))
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         return replace_array(body, ["tools"], _merged(raws))
@@ -409,8 +415,10 @@ class OpenAIResponsesAdapter(AdapterDefaults):
 
     def comparable(self, entries: list[Any]) -> list[Any]:
         """Item ids and statuses are what a ``store:false`` client drops (they name nothing
-        stored), and so is a reasoning item that carries no content."""
-        return [{k: v for k, v in item.items() if k != "status"} for item in _replay(entries, stored=False)]
+        stored), and so is a reasoning item that carries no content; Codex CLI adds its own turn
+        bookkeeping to every item it sends back (``_CLIENT_ANNOTATIONS``), which is not the item."""
+        return [{k: v for k, v in item.items() if k not in _CLIENT_ANNOTATIONS}
+                for item in _replay(entries, stored=False)]
 
     def decoder(self) -> StreamDecoder:
         from ..streams.openai_responses import ResponsesStreamDecoder

@@ -27,6 +27,11 @@ _ALL: weakref.WeakSet[IndexCache[object]] = weakref.WeakSet()
 # The last tuple of tools seen and its key, shared by every cache: one search consults
 # several (names, BM25, fuzzy, embeddings) with the same tuple, which is hashed once.
 # A tuple of frozen tools cannot change, so the very same object has the same key.
+# Holding the tuple keeps the catalog alive until the next one comes, and the client
+# picks its size (60 tools of 500 KB kept 60 MB after their flow), so only a catalog of
+# at most ``LAST_MAX_BYTES`` is remembered; a larger one is hashed by each cache, which
+# costs milliseconds next to building its index.
+LAST_MAX_BYTES = 1 * MiB
 _last: tuple[tuple[Tool, ...], str] | None = None
 
 
@@ -58,7 +63,7 @@ class IndexCache(Generic[IndexT]):
         if last is not None and tools is last[0]:
             return last[1]
         key = catalog_key(tools)
-        if isinstance(tools, tuple):
+        if isinstance(tools, tuple) and _text_bytes(tools) <= LAST_MAX_BYTES:
             _last = (tools, key)
         return key
 
@@ -92,3 +97,8 @@ class IndexCache(Generic[IndexT]):
         with self._lock:
             self._entries.clear()
             _last = None
+
+
+def _text_bytes(tools: Sequence[Tool]) -> int:
+    """About what a catalog's tools hold: their definition and description texts."""
+    return sum(len(t.raw) + len(t.description) for t in tools)

@@ -77,8 +77,11 @@ class ChatStitcher(Stitcher):
     def end_round(self) -> RoundEnd:
         # A blank line first ends an event the upstream left open, so whatever the client
         # gets next starts an event of its own; it changes nothing the decoder assembles.
+        # Such an event was cut off: its text is no JSON the client could parse (the SDK
+        # would raise on it before it read the error that follows), so it does not go out.
         for event in self._decoder.feed(b"\n\n") + self._decoder.feed(b""):
-            self._route(event)
+            if isinstance(event.data, dict) or event.type in ("done", "error"):
+                self._route(event)
         return RoundEnd(self._message(), self._decoder.done, self._decoder.error)
 
     def next_round(self) -> None:

@@ -17,7 +17,6 @@ from typing import Sequence
 
 from ..config import ToolDiscovery
 from ..providers.base import Adapter, RequestView, Tool
-from ..providers.common import load_object
 from .deferral import DeferralPlan
 from .relevance import must_keep
 
@@ -27,9 +26,9 @@ KINDS = {"anthropic": "anthropic", "bedrock_invoke": "bedrock", "openai_response
 _REFUSAL = re.compile(r"defer_loading|tool_reference|tool_search", re.IGNORECASE)
 
 
-def model_of(adapter: Adapter, body: str) -> str:
+def model_of(adapter: Adapter, view: RequestView) -> str:
     """The request's model: Bedrock names it in the path (the adapter holds it), others in the body."""
-    model = getattr(adapter, "model", None) if adapter.api == "bedrock_invoke" else load_object(body).get("model")
+    model = getattr(adapter, "model", None) if adapter.api == "bedrock_invoke" else view.model
     return model if isinstance(model, str) else ""
 
 

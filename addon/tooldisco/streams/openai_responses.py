@@ -79,7 +79,10 @@ class ResponsesAssembler(Assembler):
             self.error = data
         elif kind in _LIFECYCLE or kind in _TERMINAL:
             if isinstance(data.get("response"), dict):
-                self._response = copy.deepcopy(data["response"])
+                # A shallow copy: nothing here changes it in place (``_assemble`` copies deeply
+                # before it fills ``output``), and a deep one per lifecycle event copied the
+                # echoed ``tools`` (the whole catalog) three times a round.
+                self._response = dict(data["response"])
                 if kind in _TERMINAL:
                     self._final = self._response
                     self.done = True

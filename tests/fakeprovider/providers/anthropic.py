@@ -42,6 +42,7 @@ _SIGNING_KEY = b"fakeprovider-anthropic-thinking-signature"
 _THINKING_TYPES = ("enabled", "adaptive")
 _THOUGHTFUL_LIMIT = 10_000
 _THINKING_BLOCKS = ("thinking", "redacted_thinking")
+_ATTRIBUTION = "x-anthropic-billing-header:"
 
 
 def thinking_signature(thinking: str) -> str:
@@ -89,11 +90,26 @@ def prompt_segments(body: dict[str, Any]) -> list[Segment]:
     deferred = {t.get("name"): t for t in tools if t.get("defer_loading")}
     segments: list[Segment] = [(f"tool:{t.get('name')}", t) for t in tools if not t.get("defer_loading")]
     if body.get("system") is not None:
-        segments.append(("system", body["system"]))
+        segments.append(("system", _without_attribution(body["system"])))
     for i, message in enumerate(body["messages"]):
-        segments.append((f"message:{i}", message))
+        segments.append((f"message:{i}", {**message, "content": _as_blocks(message.get("content"))}))
         segments += [(f"tool_reference:{n}", deferred[n]) for n in _references(message) if n in deferred]
     return segments
+
+
+def _as_blocks(content: Any) -> Any:
+    """A string content as the one text block it stands for: the prompt is the same either way
+    (Claude Code sends a message as blocks with ``cache_control``, then as a string)."""
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def _without_attribution(system: Any) -> Any:
+    """The system prompt without Claude Code's attribution block (``x-anthropic-billing-header:
+    ...; cch=<per-request hash>;``, system[0]): the API reads it as billing metadata, not prompt,
+    so its per-request value does not break the cache there."""
+    if not isinstance(system, list):
+        return system
+    return [b for b in system if not (isinstance(b, dict) and str(b.get("text", "")).startswith(_ATTRIBUTION))]
 
 
 def _references(message: dict[str, Any]) -> list[str]:
