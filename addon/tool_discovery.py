@@ -274,6 +274,7 @@ class ToolDiscovery:
 
     async def response(self, flow: http.HTTPFlow) -> None:
         self._show_real_url(flow)
+        _ended(flow)
         held = flow.metadata.pop(META_CONTEXT, None)
         if held is None or self.engine is None or flow.response is None:
             return
@@ -298,6 +299,7 @@ class ToolDiscovery:
 
     def error(self, flow: http.HTTPFlow) -> None:
         self._show_real_url(flow)
+        _ended(flow)
         held = flow.metadata.pop(META_CONTEXT, None)
         if held is not None and self.engine is not None:
             record = held[0].record
@@ -371,6 +373,13 @@ class LiveRouter:
             flow.metadata.pop(META_LIVE, None)
             flow.metadata.pop(META_RELAY, None)
             flow.request.raw_content, flow.request.headers = held[2]
+
+
+def _ended(flow: http.HTTPFlow) -> None:
+    """A flow that carried a large body asks for the cycles around it to be collected (``allocator``)."""
+    if META_HOST in flow.metadata:
+        response = flow.response.raw_content if flow.response else None
+        allocator.collect_soon(len(flow.request.raw_content or b"") + len(response or b""))
 
 
 def _signed(url: str, headers, body: bytes, aws: Any) -> list[tuple[str, str]]:

@@ -15,12 +15,17 @@ process started elsewhere. Plain-HTTP requests through the proxy to a reserved h
   allocated after it is seen; the traffic before runs at full speed).
 - ``GET http://memtrace.invalid/big[?kib=N]``: every live ``str``/``bytes``/``bytearray`` of
   1 MiB (or N KiB) or more that a tracked object holds, grouped by the chain of objects that
-  keeps it alive (up to a module, a class or an object nothing tracked refers to). A huge body still alive
-  after its flow ended is a leak; this names its owner.
+  keeps it alive (up to a module, a class or an object nothing tracked refers to). A huge
+  body still alive after its flow ended is a leak; this names its owner.
+- ``GET http://memtrace.invalid/cycles``: what only the cyclic collector frees, collected now:
+  the counts by type, the frames and coroutines among it (they name the code that made the
+  cycle) and the large blobs it held. A body held by a cycle stays resident until a full
+  collection, which may come long after its flow.
 - ``GET http://memtrace.invalid/trim``: pymalloc's arenas against its live blocks, then
-  glibc's ``malloc_trim(0)`` with RSS before and after. Free memory an allocator keeps is not
-  live objects: this tells fragmentation from a leak. It stops tracing first (while
-  tracemalloc hooks the allocator, pymalloc has no statistics to give).
+  glibc's ``malloc_trim(0)`` with RSS before and after, and RSS split into anonymous and
+  file-backed pages. Free memory an allocator keeps is not live objects: this tells
+  fragmentation from a leak. It stops tracing first (while tracemalloc hooks the allocator,
+  pymalloc has no statistics to give).
 
 Used by ``scripts/bench_memory.py``.
 """
@@ -34,6 +39,7 @@ import os
 import sys
 import tempfile
 import tracemalloc
+from collections import Counter
 from functools import partial
 
 import psutil
@@ -60,7 +66,8 @@ class MemTrace:
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.request.pretty_host != HOST:
             return
-        answers = {"/caches": caches, "/clear": clear, "/snapshot": self.snapshot, "/big": big, "/trim": trim}
+        answers = {"/caches": caches, "/clear": clear, "/snapshot": self.snapshot, "/big": big, "/cycles": cycles,
+                   "/trim": trim}
         answer = answers.get(flow.request.path)
         if flow.request.path.startswith("/big?kib="):  # a lower floor than 1 MiB
             answer = partial(big, int(flow.request.query["kib"]) * 1024)
@@ -119,6 +126,30 @@ def big(min_bytes: int = BIG_BYTES) -> str:
     for chain, sizes in sorted(groups.items(), key=lambda kv: -sum(kv[1])):
         lines.append(f"\n{len(sizes)} blobs, {sum(sizes) / MiB:.1f} MiB, held by")
         lines += [f"  <- {step}" for step in chain]
+    return "\n".join(lines) + "\n"
+
+
+def cycles() -> str:
+    """Collect, keeping what was collected in ``gc.garbage`` to describe it, then drop it."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        found = gc.collect()
+        garbage, gc.garbage[:] = list(gc.garbage), []
+    finally:
+        gc.set_debug(0)
+    return _describe_garbage(found, garbage)
+
+
+def _describe_garbage(found: int, garbage: list[object]) -> str:
+    kinds = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in garbage)
+    code = Counter(_describe(o, None) for o in garbage
+                   if type(o).__name__ in ("frame", "coroutine", "async_generator", "generator"))
+    blobs = {id(r): sys.getsizeof(r) for o in garbage for r in gc.get_referents(o)
+             if isinstance(r, _BLOBS) and sys.getsizeof(r) >= BIG_BYTES}
+    lines = [f"{found} objects in cycles; blobs of 1 MiB or more among them: {len(blobs)}, "
+             f"{sum(blobs.values()) / MiB:.1f} MiB"]
+    lines += [f"  {n:>7} {kind}" for kind, n in kinds.most_common(15)]
+    lines += [f"  {n:>7} {where}" for where, n in code.most_common(15)]
     return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,6 @@ is async and owns the network. The two meet in ``FlowContext``.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -79,8 +78,6 @@ class Planner:
         self.ranker = ranker
         self._warm = warm
         self._shadow = shadow
-        self._warmed: dict[int, None] = {}  # catalogs whose index is built or being built
-        self._lock = threading.Lock()
 
     def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
         """Decide what to forward. ``headers`` keys must be lowercase; ``query`` is the URL's."""
@@ -278,21 +275,10 @@ class Planner:
                        forwarded=[t.name for t in plan.kept] + [name], native=True, classic=classic)
 
     def _warm_up(self, tools: list[Tool]) -> Callable[[], Awaitable[None]] | None:
-        """Build the search index of a catalog seen for the first time while the model is still
-        answering, so the model's first search does not wait for it (hybrid embeds every tool).
-        ``prepare`` runs in worker threads: check and mark under one lock."""
+        """Build the catalog's search index while the model is still answering, so its first
+        search does not wait for it (the search service builds each catalog's once)."""
         if self.config.tool_discovery.strategy == "api" or not tools:
             return None
-        # Only this process's note of what it warmed: Python's own hash of the texts (a
-        # collision skips one warm-up; the first search then builds the index itself) costs
-        # a fraction of the catalog's SHA-256, which this ran on every request.
-        key = hash(tuple((t.name, t.raw) for t in tools))
-        with self._lock:
-            if key in self._warmed:
-                return None
-            self._warmed[key] = None
-            while len(self._warmed) > 256:
-                self._warmed.pop(next(iter(self._warmed)))
         return lambda: self._warm(tools)
 
     def _rollout(self, view: RequestView, plan: deferral.DeferralPlan, key: str, record: Record) -> Prepared | None:

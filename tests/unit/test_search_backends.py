@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +14,7 @@ from tooldisco.bytecache import ENTRY_OVERHEAD
 from tooldisco.providers.base import Tool
 from tooldisco.search import BACKENDS, QueryError, make_searcher
 from tooldisco.search import bm25_search, embeddings, hybrid_search, index_cache
+from tooldisco.search.base import catalog_key
 from tooldisco.search.bm25_search import BM25Searcher
 from tooldisco.search.documents import embedding_views, schema_values
 from tooldisco.search.fuzzy_search import FuzzySearcher
@@ -298,6 +300,29 @@ def test_queries_run_through_an_int8_copy_close_to_the_model(monkeypatch: pytest
     assert np.array_equal(fallback.embed_queries(texts), shipped)
 
 
+@semantic.needs_semantic
+def test_making_the_int8_copy_keeps_the_quantisers_chatter_out_of_the_log() -> None:
+    import logging
+
+    from tooldisco.search import quantize
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append  # type: ignore[method-assign]
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        assert quantize.dynamic_int8(embeddings.model_files()[0]).startswith(b"\x08")  # an ONNX ModelProto
+        logging.info("the proxy's own line")
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    assert [r.getMessage() for r in records] == ["the proxy's own line"]
+    assert not root.filters
+
+
 # --- shared machinery -----------------------------------------------------------------
 
 
@@ -361,17 +386,15 @@ def test_factory() -> None:
         make_searcher("bm52")
 
 
-def test_one_catalog_tuple_is_hashed_once_for_every_index(monkeypatch: pytest.MonkeyPatch) -> None:
-    hashed: list[int] = []
-    real = index_cache.catalog_key
-    monkeypatch.setattr(index_cache, "catalog_key", lambda tools: hashed.append(1) or real(tools))
-    catalog = tuple(list(CATALOG))  # a new object, never seen before
-    first: IndexCache[int] = IndexCache(len)
-    second: IndexCache[int] = IndexCache(len)
-    assert first.get(catalog) == second.get(catalog) == len(CATALOG)
-    assert len(hashed) == 1
-    second.get(list(catalog))  # a list may change: hashed again
-    assert len(hashed) == 2
+def test_the_catalog_key_is_the_same_for_equal_catalogs_and_differs_for_any_change() -> None:
+    catalog = list(CATALOG)
+    anew = [replace(t, raw="".join(list(t.raw))) for t in catalog]  # equal texts, other objects
+    assert catalog_key(anew) == catalog_key(catalog) == catalog_key(tuple(catalog))
+    changed = [catalog[0], replace(catalog[1], raw=catalog[1].raw + " "), *catalog[2:]]
+    assert catalog_key(changed) != catalog_key(catalog)
+    assert catalog_key([replace(catalog[0], description="other"), *catalog[1:]]) != catalog_key(catalog)
+    assert catalog_key(catalog[::-1]) != catalog_key(catalog)
+    assert catalog_key(catalog[:-1]) != catalog_key(catalog)
 
 
 def test_long_queries_are_cut_like_the_tokenizer_cuts() -> None:
@@ -399,3 +422,16 @@ def test_standardised_rows_of_an_empty_catalog() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert standardised(np.zeros((2, 0))).shape == (2, 0)
+
+
+def test_one_search_keys_its_catalog_once_for_every_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    keyed: list[int] = []
+    real = index_cache.catalog_key
+    monkeypatch.setattr(index_cache, "catalog_key", lambda tools: keyed.append(1) or real(tools))
+    searcher = make_searcher("bm25", cache_dir=None)
+    catalog = tuple(CATALOG)
+    searcher.rank("create an issue", catalog, 5)  # names and BM25 (and the fuzzy fallback) share one key
+    assert len(keyed) == 1
+    searcher.rank("create an issue", tuple(CATALOG), 5)  # the next search's catalog: keyed again, once
+    assert len(keyed) == 2
+    assert index_cache._scope.keys is None  # nothing holds the catalog past its search

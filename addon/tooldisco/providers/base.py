@@ -29,6 +29,13 @@ class Tool:
     params: tuple[tuple[str, str], ...] = ()
     # Why it may never be deferred (server tool, client-deferred, client search tool), or None.
     pinned: str | None = None
+    # Python's hash of every field, made once: a catalog's identity (``search.base.catalog_key``)
+    # combines its tools' fingerprints, and the adapters hand out one (memoised) Tool per
+    # definition text, so a session's catalog is not hashed anew, text by text, every search.
+    fingerprint: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fingerprint", hash((self.name, self.raw, self.description, self.params, self.pinned)))
 
     @property
     def definition(self) -> Any:

@@ -2,8 +2,8 @@
 
 Why: building an index (tokenising every tool, embedding every description) costs far
 more than a query, and the same catalog comes back on every request of a session. The
-key is a digest of the definitions (``catalog_key``), so a catalog that changes in any
-byte gets a fresh index and an unchanged one, parsed anew from the next request, does not.
+key is the catalog's identity (``catalog_key``), so a catalog that changes in any byte
+gets a fresh index and an unchanged one, parsed anew from the next request, does not.
 An index grows with its catalog, which the client picks, so the bound is in bytes
 (``bytecache``); an index larger than the whole budget is built for each search instead.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable, Generic, Sequence, TypeVar
+from contextlib import contextmanager
+from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
 
 from ..bytecache import ByteLRU, MiB, entry_size
 from ..providers.base import Tool
@@ -24,15 +25,23 @@ DEFAULT_MAX_BYTES = 64 * MiB
 
 _ALL: weakref.WeakSet[IndexCache[object]] = weakref.WeakSet()
 
-# The last tuple of tools seen and its key, shared by every cache: one search consults
-# several (names, BM25, fuzzy, embeddings) with the same tuple, which is hashed once.
-# A tuple of frozen tools cannot change, so the very same object has the same key.
-# Holding the tuple keeps the catalog alive until the next one comes, and the client
-# picks its size (60 tools of 500 KB kept 60 MB after their flow), so only a catalog of
-# at most ``LAST_MAX_BYTES`` is remembered; a larger one is hashed by each cache, which
-# costs milliseconds next to building its index.
-LAST_MAX_BYTES = 1 * MiB
-_last: tuple[tuple[Tool, ...], str] | None = None
+# One search consults several caches (names, BM25, fuzzy, embeddings) with the same catalog:
+# inside ``one_catalog`` its key is made once. Nothing holds the catalog past the block.
+_scope = threading.local()
+
+
+@contextmanager
+def one_catalog(tools: Sequence[Tool]) -> Iterator[None]:
+    """Key ``tools`` once for every cache consulted while the block runs (in this thread)."""
+    outer = getattr(_scope, "keys", None)
+    if outer is not None and outer[0] is tools:
+        yield
+        return
+    _scope.keys = (tools, None)
+    try:
+        yield
+    finally:
+        _scope.keys = outer
 
 
 def clear_all() -> None:
@@ -57,15 +66,14 @@ class IndexCache(Generic[IndexT]):
         self.builds = 0  # how many indexes were built (for tests and telemetry)
         _ALL.add(self)
 
-    def key(self, tools: Sequence[Tool]) -> str:
-        global _last
-        last = _last
-        if last is not None and tools is last[0]:
-            return last[1]
-        key = catalog_key(tools)
-        if isinstance(tools, tuple) and _text_bytes(tools) <= LAST_MAX_BYTES:
-            _last = (tools, key)
-        return key
+    @staticmethod
+    def key(tools: Sequence[Tool]) -> str:
+        scope = getattr(_scope, "keys", None)
+        if scope is None or scope[0] is not tools:
+            return catalog_key(tools)
+        if scope[1] is None:
+            _scope.keys = scope = (tools, catalog_key(tools))
+        return scope[1]
 
     def get(self, tools: Sequence[Tool]) -> IndexT:
         key = self.key(tools)
@@ -93,12 +101,6 @@ class IndexCache(Generic[IndexT]):
         return index
 
     def clear(self) -> None:
-        global _last
         with self._lock:
             self._entries.clear()
-            _last = None
 
-
-def _text_bytes(tools: Sequence[Tool]) -> int:
-    """About what a catalog's tools hold: their definition and description texts."""
-    return sum(len(t.raw) + len(t.description) for t in tools)

@@ -19,7 +19,7 @@ from ..loop import Found
 from ..providers.base import ToolCall, ToolResult
 from ..selector_client import FixedRanking, SelectorClient
 from ..telemetry import SearchRecord
-from .base import MAX_QUERY_CHARS, WARM_UP_QUERY, Searcher
+from .base import MAX_QUERY_CHARS, WARM_UP_QUERY, Searcher, catalog_key
 from .budget import run_query_async
 from .phantom_query import LIST_ALL, SELECT_PREFIX
 
@@ -27,11 +27,16 @@ if TYPE_CHECKING:
     from ..planner import FlowContext
 
 
+MAX_WARMED = 256  # catalogs whose warm-up is remembered; a forgotten one is warmed again
+
+
 class SearchService:
     def __init__(self, config: ToolDiscovery, searcher: Searcher, selector: SelectorClient) -> None:
         self.config = config
         self.searcher = searcher
         self.selector = selector
+        # catalog -> its warm-up, running or done: every search awaits it, none repeats it.
+        self._warming: dict[str, asyncio.Future[None]] = {}
 
     async def answer(self, ctx: FlowContext, call: ToolCall) -> Found:
         """The result the model reads for ``call`` and the tools to load; never raises."""
@@ -86,9 +91,20 @@ class SearchService:
         return Found(ToolResult(call, text), tools)
 
     async def warm(self, tools: list[Any]) -> None:
-        """Build a catalog's indexes ahead of the first search (hybrid embeds every tool once)."""
+        """Build a catalog's indexes once, ahead of its searches (hybrid embeds every tool): the
+        planner starts it when it first sees the catalog, a search waits for it outside its
+        budget."""
+        key = catalog_key(tools)
+        running = self._warming.get(key)
+        if running is None:
+            running = self._warming[key] = asyncio.ensure_future(self._build(tuple(tools)))
+            while len(self._warming) > MAX_WARMED:
+                self._warming.pop(next(iter(self._warming)))
+        await asyncio.shield(running)
+
+    async def _build(self, tools: tuple[Any, ...]) -> None:
         try:
-            await asyncio.to_thread(self.searcher.rank, WARM_UP_QUERY, tuple(tools), 1)
+            await asyncio.to_thread(self.searcher.rank, WARM_UP_QUERY, tools, 1)
         except Exception as e:  # the real search will report it
             logger.debug("index warm-up failed: {}", e)
 
