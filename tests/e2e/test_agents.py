@@ -26,7 +26,7 @@ import pytest
 
 from tests.e2e import agents
 from tests.e2e.agents import AgentBinaries, AgentRun
-from tests.e2e.harness import ADDON_PATH, MitmDump
+from tests.e2e.harness import MitmDump
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, RecordedRequest, Rule, call, reply, search
 
 pytestmark = [pytest.mark.e2e, pytest.mark.agents]
@@ -115,16 +115,11 @@ def proxy(
 ) -> Iterator[MitmDump]:
     """mitmdump with the client recorder first, then (unless ``plain``) the addon."""
     mode = request.param
-    workdir = tmp_path_factory.mktemp(f"agents-{mode}")
-    recorder = workdir / "client_recorder.py"
-    recorder.write_text(agents.CLIENT_RECORDER)
-    extra = ["--set", f"client_record_path={workdir / 'client_requests.jsonl'}"]
     config = None
     if mode != "plain":
-        extra += ["-s", str(ADDON_PATH)]
         strategy = "passthrough" if mode == "passthrough" else "tool-search"
         config = lambda d: CONFIG.format(strategy=strategy, d=d)
-    proxy = MitmDump(workdir, fake_provider.url, script=recorder, config=config, extra_args=extra, name=mode)
+    proxy = agents.recorded_proxy(tmp_path_factory.mktemp(f"agents-{mode}"), fake_provider.url, config, name=mode)
     yield proxy.start()
     proxy.stop()
 
