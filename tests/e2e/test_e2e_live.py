@@ -127,53 +127,61 @@ class Seen:
         raise AssertionError(f"{fragment!r} never reached the client: {so_far!r}")
 
 
-class _Tee(httpx2.SyncByteStream):
-    """A response body that keeps a copy of each chunk the SDK reads."""
+def tap_for(http: Any) -> type:
+    """``Tap`` for one HTTP library: httpx2 for the SDKs of these majors, httpx for
+    google-genai (2.8 on Python 3.12 takes only an ``httpx.Client``; 3.x takes either)."""
 
-    def __init__(self, inner: httpx2.SyncByteStream, sink: bytearray) -> None:
-        self._inner, self._sink, self.closed = inner, sink, False
+    class _Tee(http.SyncByteStream):
+        """A response body that keeps a copy of each chunk the SDK reads."""
 
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._inner:
-            self._sink += chunk
-            yield chunk
+        def __init__(self, inner: Any, sink: bytearray) -> None:
+            self._inner, self._sink, self.closed = inner, sink, False
 
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
+        def __iter__(self) -> Iterator[bytes]:
+            for chunk in self._inner:
+                self._sink += chunk
+                yield chunk
+
+        def close(self) -> None:
+            if not self.closed:
+                self.closed = True
+                self._inner.close()
+
+    class Tap(http.BaseTransport):
+        """The transport of an SDK client: through the proxy, trusting its CA, keeping the response
+        bytes as they came off the wire (no content-encoding: checked, so a grep means something)."""
+
+        def __init__(self, proxy: MitmDump) -> None:
+            self._inner = http.HTTPTransport(proxy=proxy.url, verify=proxy.ssl_context(), trust_env=False)
+            self._received = bytearray()
+            self._bodies: list[_Tee] = []
+
+        def handle_request(self, request: Any) -> Any:
+            response = self._inner.handle_request(request)
+            assert response.headers.get("content-encoding", "identity") == "identity", response.headers
+            tee = _Tee(response.stream, self._received)
+            self._bodies.append(tee)
+            response.stream = tee
+            return response
+
+        def hang_up(self) -> None:
+            """Close every response body still open: the connection goes, as when a client quits."""
+            for body in self._bodies:
+                body.close()
+            self._bodies.clear()
+
+        def take(self) -> bytes:
+            out = bytes(self._received)
+            self._received.clear()
+            return out
+
+        def close(self) -> None:
             self._inner.close()
 
+    return Tap
 
-class Tap(httpx2.BaseTransport):
-    """The httpx2 transport of an SDK client: through the proxy, trusting its CA, keeping the
-    response bytes as they came off the wire (no content-encoding: checked, so a grep means something)."""
 
-    def __init__(self, proxy: MitmDump) -> None:
-        self._inner = httpx2.HTTPTransport(proxy=proxy.url, verify=proxy.ssl_context(), trust_env=False)
-        self._received = bytearray()
-        self._bodies: list[_Tee] = []
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = self._inner.handle_request(request)
-        assert response.headers.get("content-encoding", "identity") == "identity", response.headers
-        tee = _Tee(response.stream, self._received)  # type: ignore[arg-type]
-        self._bodies.append(tee)
-        response.stream = tee
-        return response
-
-    def hang_up(self) -> None:
-        """Close every response body still open: the connection goes, as when a client quits."""
-        for body in self._bodies:
-            body.close()
-        self._bodies.clear()
-
-    def take(self) -> bytes:
-        out = bytes(self._received)
-        self._received.clear()
-        return out
-
-    def close(self) -> None:
-        self._inner.close()
+Tap, HttpxTap = tap_for(httpx2), tap_for(httpx)
 
 
 class _RawTee:
@@ -256,11 +264,13 @@ class Driver(ABC):
 
 
 class HttpxDriver(Driver):
-    """An SDK on httpx2: its client gets the ``Tap`` transport."""
+    """An SDK on httpx2 (``tap``: httpx for google-genai): its client gets the ``Tap`` transport."""
+
+    tap_class: type = Tap
 
     def __init__(self, proxy: MitmDump, *, thinking: bool = False) -> None:
         super().__init__(proxy, thinking=thinking)
-        self.tap = Tap(proxy)
+        self.tap = self.tap_class(proxy)
 
     def _hang_up(self) -> None:
         self.tap.hang_up()
@@ -447,11 +457,12 @@ class ResponsesStream(HttpxDriver):
 
 class GeminiStream(HttpxDriver):
     name, api, error = "gemini-generate_content_stream", "gemini", genai_errors.APIError
+    tap_class = HttpxTap
 
     def __init__(self, proxy: MitmDump, *, thinking: bool = False) -> None:
         super().__init__(proxy, thinking=thinking)
         options = gt.HttpOptions(
-            httpx_client=httpx2.Client(transport=self.tap, trust_env=False),
+            httpx_client=httpx.Client(transport=self.tap, trust_env=False),
             retry_options=gt.HttpRetryOptions(attempts=1),
         )
         self.client = genai.Client(api_key=TEST_KEYS["GEMINI_API_KEY"], http_options=options)
