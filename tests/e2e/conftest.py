@@ -37,6 +37,7 @@ _REPO = Path(__file__).resolve().parents[2]
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
+from tests.e2e import agents  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, ConfigSpec, MitmDump, live_proxies, tail  # noqa: E402
 from tests.fakeprovider import FakeProvider  # noqa: E402
 
@@ -183,3 +184,11 @@ def pytest_runtest_makereport(
             ]
             report.sections.append(("fake provider requests", "\n".join(lines) or "(none)"))
     return report
+
+
+@pytest.fixture(scope="session")
+def agent_bins() -> agents.AgentBinaries:
+    """The real agent CLIs (``scripts/install_agents``), installed once per test session."""
+    if not agents.npm_available():
+        pytest.skip("npm/node are not installed: the agent CLIs cannot be installed")
+    return agents.install_agents()

@@ -102,13 +102,6 @@ CASES = {
 # --- fixtures ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def agent_bins() -> AgentBinaries:
-    if not agents.npm_available():
-        pytest.skip("npm/node are not installed: the agent CLIs cannot be installed")
-    return agents.install_agents()
-
-
 @pytest.fixture(scope="module", params=MODES)
 def proxy(
     request: pytest.FixtureRequest, fake_provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory

@@ -60,13 +60,6 @@ def test_catalog_has_more_than_a_hundred_tools_on_several_servers() -> None:
     assert len(CATALOG) >= 5 and sum(len(tools_for(s)) for s in CATALOG) >= 100
 
 
-@pytest.fixture(scope="session")
-def agent_bins() -> AgentBinaries:
-    if not agents.npm_available():
-        pytest.skip("npm/node are not installed: the agent CLIs cannot be installed")
-    return agents.install_agents()
-
-
 @pytest.fixture(scope="module", params=MODES)
 def proxy(
     request: pytest.FixtureRequest, fake_provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory
