@@ -246,6 +246,79 @@ PLAN: tuple[Turn, ...] = (
 )
 
 
+# The shape of the session the issue measured (20 turns, six of them tool turns): a release day
+# for a web app, with topic changes between the tool turns and more talk around them.
+WEB = {"owner": "acme", "repo": "storefront-web"}
+RELEASE: tuple[Turn, ...] = (
+    Turn("Hi! We ship storefront-web 3.2 today. What does a careful release afternoon look like?",
+         "Check CI and open pull requests, read the changelog, cut the release, watch errors and latency for an "
+         "hour, then tell support. I'll keep notes as we go."),
+    Turn("Which checks matter most before we tag?",
+         "Green CI on main, no open p1 bugs, the migration tested on a copy of production, and a rollback plan "
+         "someone has actually read."),
+    Turn("List the open pull requests in acme/storefront-web on GitHub.",
+         "Three are open: #311 'Cart drawer a11y fixes' (approved), #314 'Bump image CDN client' (CI red) and "
+         "#316 'Feature flag for the new checkout' (draft).",
+         "mcp__github__list_pull_requests", {**WEB, "state": "open", "limit": 20}, "github list open pull requests"),
+    Turn("Should #314 block the release?",
+         "No: it is not merged and nothing on main depends on it. Leave it out of 3.2 and fix its CI next week."),
+    Turn("Write a three-line changelog for 3.2 from what you know.",
+         "- Accessible cart drawer (keyboard and screen readers)\n- Faster product images on slow networks\n"
+         "- New checkout behind a feature flag, off by default"),
+    Turn("Create the v3.2.0 release on GitHub with that changelog.",
+         "Created release v3.2.0 from main with the three-line changelog; the deploy pipeline picked it up.",
+         "mcp__github__create_release", {**WEB, "tag_name": "v3.2.0", "name": "3.2.0"}, "create github release"),
+    Turn("How long does the deploy usually take?",
+         "About twelve minutes: build, canary on 5% for five minutes, then the rest in two waves."),
+    Turn("While it runs: how would you explain feature flags to a new support hire?",
+         "A feature flag is a switch in the code: the new checkout is shipped but switched off, so we can turn "
+         "it on for a few customers first and off again without a new release."),
+    Turn("Any new Sentry errors for storefront-web in production since the deploy started?",
+         "One new issue: WEB-2A7 'TypeError: cannot read properties of undefined (reading \"price\")' in the "
+         "cart drawer, 37 events from 29 users, all on Safari 16.",
+         "mcp__sentry__list_error_issues",
+         {"organization": "acme", "project": "storefront-web", "query": "is:unresolved environment:production"},
+         "sentry unresolved error issues production"),
+    Turn("Is that bad enough to roll back?",
+         "Not yet: 29 users of about 40,000 active, an old Safari only, and the cart still works after a reload. "
+         "Fix forward unless it grows."),
+    Turn("What would the fix look like?",
+         "Guard the drawer's price formatter against items still loading (optional chaining and a skeleton "
+         "row), and add Safari 16 to the end-to-end browser matrix."),
+    Turn("Query Datadog for the storefront page load p95 over the last hour.",
+         "Page load p95 is 1.9 s, the same as last week's 1.8-2.0 s; no change at the deploy.",
+         "mcp__datadog__query_metrics",
+         {"site": "datadoghq.eu", "query": "p95:storefront.page_load{env:prod}", "from_ts": 1764000000,
+          "to_ts": 1764003600},
+         "datadog query metrics timeseries"),
+    Turn("Good. Anything else worth watching in the next hour?",
+         "Checkout conversion, the Safari error count, and the image CDN's error rate, since images changed."),
+    Turn("Create a Linear issue for the Safari cart bug, high priority.",
+         "Created WEB-882 'Cart drawer crashes on Safari 16 while prices load', priority High, in the "
+         "storefront team's current cycle.",
+         "mcp__linear__create_issue", {"team": "storefront", "title": "Cart drawer crashes on Safari 16",
+                                        "priority": "high"},
+         "create linear issue"),
+    Turn("Who should pick it up?",
+         "Whoever wrote the drawer changes in #311: they know the code and can test it on Safari today."),
+    Turn("Let's talk about next quarter for a second: what would you cut from the roadmap?",
+         "The second theme editor: few merchants asked for it, and the checkout migration needs the people."),
+    Turn("Post a release note to #storefront on Slack.",
+         "Posted to #storefront: 3.2.0 is live, changelog linked, one Safari 16 cart bug tracked in WEB-882.",
+         "mcp__slack__post_message",
+         {"workspace": "acme", "channel": "#storefront", "text": "3.2.0 is live; Safari 16 cart bug in WEB-882."},
+         "post slack message to channel"),
+    Turn("What should support tell customers who hit the Safari bug?",
+         "Reload the page or use another browser for now; a fix is on its way this week."),
+    Turn("Anything we should change in how we release?",
+         "Add Safari 16 to the browser matrix and keep the one-hour watch: it caught this within twenty minutes."),
+    Turn("Thanks, summarise the afternoon in four bullets.",
+         "- 3.2.0 released with three changes\n- One Safari 16 cart bug, tracked in WEB-882\n- Latency "
+         "unchanged\n- Support and the team informed"),
+)
+PLANS = {"on-call": PLAN, "release": RELEASE}
+
+
 def trace(index: int) -> str:
     """The marker a tool result of turn ``index`` carries: the model sees which turn a result answers."""
     return f"req-{index:02d}-ok"
@@ -546,10 +619,10 @@ NATIVE_AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
     "anthropic": NativeClaudeAgent, "responses": NativeResponsesAgent}
 
 
-def play(agent: Agent, result_bytes: int) -> int:
+def play(agent: Agent, plan: tuple[Turn, ...], result_bytes: int) -> int:
     """Run the whole plan as an agent does; returns how many tool turns got their tool called."""
     done = 0
-    for index, turn in enumerate(PLAN):
+    for index, turn in enumerate(plan):
         agent.say(turn.text)
         called = False
         for _ in range(MAX_STEPS):
@@ -635,28 +708,29 @@ class Run:
                                f"| {tool_count(self.api, tools)} | {', '.join(calls)} |")
 
 
-def session(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], result_bytes: int) -> Run:
+def session(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], plan: tuple[Turn, ...],
+            result_bytes: int) -> Run:
     """One session on a fresh key (no cache, no addon session shared with another run)."""
     fake.reset()
     fake.prompt_cache = True
-    fake.set_script(SessionModel(PLAN))
+    fake.set_script(SessionModel(plan))
     run = Run(api, path)
     try:
         make = NATIVE_AGENTS[api] if path == "client-native" else AGENTS[api]
         agent = make(route, f"bench-{api}-{path}-{uuid.uuid4().hex[:8]}", tools)
-        run.done = play(agent, result_bytes)
+        run.done = play(agent, plan, result_bytes)
     except Exception as exc:  # a broken run is reported, and the others still run
         run.errors.append(f"client: {exc!r}"[:300])
     run.add(fake.api_requests())
     return run
 
 
-def measure(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], result_bytes: int,
-            failures: list[str]) -> Run:
+def measure(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], plan: tuple[Turn, ...],
+            result_bytes: int, failures: list[str]) -> Run:
     """A session; one that fails is played once more, its failure (and the proxy's complaints) kept for the report."""
     for attempt in (1, 2):
         since = route.proxy.log_offset() if route.proxy else 0
-        run = session(api, path, route, fake, tools, result_bytes)
+        run = session(api, path, route, fake, tools, plan, result_bytes)
         if not run.errors:
             break
         said = route.proxy.log_text(since).splitlines() if route.proxy else []
@@ -680,12 +754,12 @@ def addon_config(source: Path, overrides: dict[str, Any]) -> Callable[[Path], st
 # --- report -------------------------------------------------------------------------------------------
 
 
-def report(runs: list[Run], tools: list[Tool], failures: list[str], result_bytes: int, elapsed: float,
-           detail: bool = False) -> None:
-    tool_turns = sum(bool(t.tool) for t in PLAN)
+def report(runs: list[Run], tools: list[Tool], plan: tuple[Turn, ...], failures: list[str], result_bytes: int,
+           elapsed: float, detail: bool = False) -> None:
+    tool_turns = sum(bool(t.tool) for t in plan)
     catalog_tokens = sum(len(json.dumps(t)) // 4 for t in anthropic_tools(tools))
-    print(f"# A {len(PLAN)}-turn session over {len(tools)} MCP tools (~{catalog_tokens:,} tokens), "
-          f"{tool_turns} tool turns, {len({t.tool for t in PLAN if t.tool})} different tools, "
+    print(f"# A {len(plan)}-turn session over {len(tools)} MCP tools (~{catalog_tokens:,} tokens), "
+          f"{tool_turns} tool turns, {len({t.tool for t in plan if t.tool})} different tools, "
           f"tool results of ~{result_bytes / 1024:.0f} KB ({elapsed:.0f} s)\n")
     print("Billed input in input-token equivalents: Anthropic uncached (all cache writes) × 1.25 + cached × 0.1; "
           "OpenAI uncached + cached × 0.1 (assumed); Gemini uncached + cached × 0.25 (assumed). "
@@ -730,6 +804,8 @@ def main() -> None:
     ap.add_argument("--servers", type=int, default=20, help="MCP servers in the catalog (25 tools each, at most 20)")
     ap.add_argument("--result-kb", type=float, default=3.0, help="size of each tool result the agent sends back")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, of {', '.join(PATHS)} (direct always runs)")
+    ap.add_argument("--plan", default="on-call", choices=sorted(PLANS),
+                    help="the scripted session: on-call (22 turns, 13 tool turns) or release (20 turns, 6 tool turns)")
     ap.add_argument("--detail", action="store_true", help="also list every upstream request of every run")
     args = ap.parse_args()
     paths = ["direct", *(p for p in args.paths.split(",") if p and p != "direct")]
@@ -741,7 +817,8 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown APIs: {', '.join(sorted(unknown))}")
     tools = mcp_catalog(args.servers)
-    missing = {t.tool for t in PLAN if t.tool} - {t.name for t in tools}
+    plan = PLANS[args.plan]
+    missing = {t.tool for t in plan if t.tool} - {t.name for t in tools}
     if missing:
         ap.error(f"the session needs servers the catalog lacks: {', '.join(sorted(missing))}")
 
@@ -762,12 +839,12 @@ def main() -> None:
                         continue
                     started = time.monotonic()
                     route = Route(fake.url, proxies.get(path))
-                    runs.append(measure(api, path, route, fake, tools, result_bytes, failures))
+                    runs.append(measure(api, path, route, fake, tools, plan, result_bytes, failures))
                     print(f"{api} {path}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         finally:
             for proxy in proxies.values():
                 proxy.stop()
-    report(runs, tools, failures, result_bytes, time.monotonic() - t0, args.detail)
+    report(runs, tools, plan, failures, result_bytes, time.monotonic() - t0, args.detail)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Awaitable, Callable, Mapping, Sequence, TypeVar, cast
 
 from loguru import logger
@@ -17,6 +18,7 @@ from loguru import logger
 from .config import Config
 from . import jsonspan, rounds
 from .providers.base import Adapter, NativeAdapter, RequestView, Tool, Unsupported
+from .search.base import Catalog
 from .sessions import SessionState, SessionStore, session_key
 from .strategies import deferral, native, relevance
 from .telemetry import Record, TelemetrySink, estimate_tokens
@@ -50,6 +52,12 @@ class FlowContext:
     def client_body(self) -> str:
         return self.original.decode("utf-8", "replace")
 
+    @cached_property
+    def searchable(self) -> Catalog:
+        """``catalog`` as searches take it: the warm-up and every search of this request share
+        one catalog key (``search.base.Catalog``)."""
+        return Catalog(self.catalog.values())
+
 
 @dataclass
 class Prepared:
@@ -70,7 +78,7 @@ class _Session:
 
 class Planner:
     def __init__(self, config: Config, store: SessionStore, telemetry: TelemetrySink,
-                 ranker: Ranker, warm: Callable[[list[Tool]], Awaitable[None]],
+                 ranker: Ranker, warm: Callable[[Catalog], Awaitable[None]],
                  shadow: Callable[[RequestView, deferral.DeferralPlan, Record], Awaitable[None]]) -> None:
         self.config = config
         self.store = store
@@ -218,7 +226,7 @@ class Planner:
                 s.upfront = [t.name for t in plan.kept]
             natively = None
             if native_free and native.applies(adapter, model, td, s.classic):
-                natively = native.plan(view, td, s.upfront or ())
+                natively = native.plan(view, td, (s.upfront or ()) if td.defer.native_upfront else ())
                 natively = None if natively.skipped else natively
             # The deferred catalog is kept for later turns' searches (seed §6).
             s.remember(adapter.api, {t.name: t.raw for t in plan.deferred})
@@ -236,7 +244,7 @@ class Planner:
         if natively is not None:
             ctx = self._native(cast(NativeAdapter, adapter), natively, text, ctx)
         record.deferral = "native" if ctx.native else "classic"
-        return Prepared(ctx.body.encode("utf-8"), ctx, self._warm_up(list(ctx.catalog.values())))
+        return Prepared(ctx.body.encode("utf-8"), ctx, self._warm_up(ctx.searchable))
 
     def _classic(self, adapter: Adapter, plan: deferral.DeferralPlan, earlier: Mapping[str, str], text: str,
                  original: bytes, session: _Session, record: Record, stream: bool) -> FlowContext:
@@ -274,7 +282,7 @@ class Planner:
         return replace(classic, body=body, phantom=name, catalog={t.name: t for t in plan.deferred},
                        forwarded=[t.name for t in plan.kept] + [name], native=True, classic=classic)
 
-    def _warm_up(self, tools: list[Tool]) -> Callable[[], Awaitable[None]] | None:
+    def _warm_up(self, tools: Catalog) -> Callable[[], Awaitable[None]] | None:
         """Build the catalog's search index while the model is still answering, so its first
         search does not wait for it (the search service builds each catalog's once)."""
         if self.config.tool_discovery.strategy == "api" or not tools:

@@ -33,12 +33,16 @@ FUNCTIONS = [{"type": "function", "name": t["name"], "description": t["descripti
              for t in TOOLS]
 
 
+def make_engine(tmp_path, **defer: Any) -> Engine:
+    cfg = {"pipes": {"tool_discovery": {"enabled": True, "strategy": "tool-search", "search": {"backend": "bm25"},
+                                        "defer": {"upfront": 4, **defer}}},
+           "sessions": {"dir": str(tmp_path / "s")}, "telemetry": {"enabled": False}}
+    return Engine(parse(cfg))
+
+
 @pytest.fixture
 def engine(tmp_path):
-    cfg = {"pipes": {"tool_discovery": {"enabled": True, "strategy": "tool-search", "search": {"backend": "bm25"},
-                                        "defer": {"upfront": 4}}},
-           "sessions": {"dir": str(tmp_path / "s")}, "telemetry": {"enabled": False}}
-    e = Engine(parse(cfg))
+    e = make_engine(tmp_path, native_upfront=True)
     yield e
     e.close()
 
@@ -57,6 +61,25 @@ def tool_texts(body: bytes | str) -> list[str]:
 
 
 # --- Anthropic: what goes out ------------------------------------------------------------------
+
+
+def test_native_deferral_keeps_no_upfront_set_unless_told(tmp_path):
+    """A native search loads inline at the price of one cached round; a tool kept loaded is read
+    with every request: by default native deferral defers every tool it may."""
+    e = make_engine(tmp_path)
+    try:
+        client = messages_body("weather forecast for Paris")
+        first = e.prepare(A, HEADERS, client)
+        assert first.context.native
+        sent = [json.loads(t) for t in tool_texts(first.body)]
+        assert [t["name"] for t in sent if not t.get("defer_loading")] == [P]
+        again = e.prepare(A, HEADERS, messages_body("weather forecast for Paris"))
+        assert again.body == first.body  # the session's tools[] does not change
+        classic = e.prepare(A, HEADERS, messages_body("weather forecast for Paris", model="claude-3-5-haiku"))
+        kept = [json.loads(t)["name"] for t in tool_texts(classic.body)]
+        assert "mcp__weather__get_forecast" in kept  # classic deferral still keeps its upfront set
+    finally:
+        e.close()
 
 
 def test_every_client_tool_goes_out_in_order_deferred_ones_marked_and_the_search_tool_last(engine):

@@ -9,6 +9,7 @@ from tooldisco.config import parse
 from tooldisco.engine import Engine
 from tooldisco.providers.anthropic import AnthropicAdapter
 from tooldisco.runner import Answer, Head
+from tooldisco.search.base import Catalog
 from tooldisco.streams.anthropic import AnthropicStreamDecoder, encode
 
 from tests.support.catalog import anthropic_tools
@@ -66,7 +67,7 @@ async def test_warm_up_builds_the_index_once_per_catalog(engine, monkeypatch):
     second = engine.prepare(A, KEY, body("another conversation"))  # the same catalog
     await asyncio.gather(first.background(), second.background())  # the second awaits the first's
     assert seen == [60]
-    await engine.searches.warm(list(first.context.catalog.values()))  # a search's own wait: done already
+    await engine.searches.warm(Catalog(first.context.catalog.values()))  # a search's own wait: done already
     assert seen == [60]
 
 

@@ -14,7 +14,8 @@ from tooldisco.bytecache import ENTRY_OVERHEAD
 from tooldisco.providers.base import Tool
 from tooldisco.search import BACKENDS, QueryError, make_searcher
 from tooldisco.search import bm25_search, embeddings, hybrid_search, index_cache
-from tooldisco.search.base import catalog_key
+from tooldisco.search import base as search_base
+from tooldisco.search.base import WARM_UP_QUERY, Catalog, catalog_key
 from tooldisco.search.bm25_search import BM25Searcher
 from tooldisco.search.documents import embedding_views, schema_values
 from tooldisco.search.fuzzy_search import FuzzySearcher
@@ -405,7 +406,6 @@ def test_long_queries_are_cut_like_the_tokenizer_cuts() -> None:
 @pytest.mark.parametrize("backend", ["bm25", "regex", "fuzzy"])
 def test_the_warm_up_query_builds_the_fallback_index_too(backend: str) -> None:
     from tooldisco.search import fuzzy_search
-    from tooldisco.search.base import WARM_UP_QUERY
 
     index_cache.clear_all()  # every catalog is new again
     before = fuzzy_search._INDEXES.builds
@@ -424,14 +424,18 @@ def test_standardised_rows_of_an_empty_catalog() -> None:
         assert standardised(np.zeros((2, 0))).shape == (2, 0)
 
 
-def test_one_search_keys_its_catalog_once_for_every_index(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_catalog_is_keyed_once_for_its_searches_and_every_index(monkeypatch: pytest.MonkeyPatch) -> None:
     keyed: list[int] = []
-    real = index_cache.catalog_key
+    real = search_base.catalog_key
+    monkeypatch.setattr(search_base, "catalog_key", lambda tools: keyed.append(1) or real(tools))
     monkeypatch.setattr(index_cache, "catalog_key", lambda tools: keyed.append(1) or real(tools))
     searcher = make_searcher("bm25", cache_dir=None)
-    catalog = tuple(CATALOG)
-    searcher.rank("create an issue", catalog, 5)  # names and BM25 (and the fuzzy fallback) share one key
+    searcher.rank("create an issue", tuple(CATALOG), 5)  # names and BM25 (and the fuzzy fallback) share one key
     assert len(keyed) == 1
-    searcher.rank("create an issue", tuple(CATALOG), 5)  # the next search's catalog: keyed again, once
+    catalog = Catalog(CATALOG)  # a request's catalog: its warm-up and its searches share one key
+    assert catalog.key == catalog_key(CATALOG)
+    searcher.rank(WARM_UP_QUERY, catalog, 1)
+    searcher.rank("create an issue", catalog, 5)
+    searcher.rank("list pull requests", catalog, 5)
     assert len(keyed) == 2
-    assert index_cache._scope.keys is None  # nothing holds the catalog past its search
+    assert searcher.rank("create an issue", list(CATALOG), 5).names == searcher.rank("create an issue", catalog, 5).names

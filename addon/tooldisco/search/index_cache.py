@@ -12,36 +12,17 @@ from __future__ import annotations
 
 import threading
 import weakref
-from contextlib import contextmanager
-from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from ..bytecache import ByteLRU, MiB, entry_size
 from ..providers.base import Tool
-from .base import catalog_key
+from .base import Catalog, catalog_key
 
 IndexT = TypeVar("IndexT")
 
 DEFAULT_MAX_BYTES = 64 * MiB
 
 _ALL: weakref.WeakSet[IndexCache[object]] = weakref.WeakSet()
-
-# One search consults several caches (names, BM25, fuzzy, embeddings) with the same catalog:
-# inside ``one_catalog`` its key is made once. Nothing holds the catalog past the block.
-_scope = threading.local()
-
-
-@contextmanager
-def one_catalog(tools: Sequence[Tool]) -> Iterator[None]:
-    """Key ``tools`` once for every cache consulted while the block runs (in this thread)."""
-    outer = getattr(_scope, "keys", None)
-    if outer is not None and outer[0] is tools:
-        yield
-        return
-    _scope.keys = (tools, None)
-    try:
-        yield
-    finally:
-        _scope.keys = outer
 
 
 def clear_all() -> None:
@@ -68,12 +49,8 @@ class IndexCache(Generic[IndexT]):
 
     @staticmethod
     def key(tools: Sequence[Tool]) -> str:
-        scope = getattr(_scope, "keys", None)
-        if scope is None or scope[0] is not tools:
-            return catalog_key(tools)
-        if scope[1] is None:
-            _scope.keys = scope = (tools, catalog_key(tools))
-        return scope[1]
+        """A ``Catalog`` brings its key, made once for all the caches a search consults."""
+        return tools.key if isinstance(tools, Catalog) else catalog_key(tools)
 
     def get(self, tools: Sequence[Tool]) -> IndexT:
         key = self.key(tools)

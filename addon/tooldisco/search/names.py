@@ -31,8 +31,8 @@ from typing import Iterable, Sequence
 from rapidfuzz import fuzz, process
 
 from ..providers.base import Tool
-from .base import QueryError, Ranking, Searcher, SearcherBase
-from .index_cache import IndexCache, one_catalog
+from .base import QueryError, Ranking, Searcher, SearcherBase, as_catalog
+from .index_cache import IndexCache
 from .tokens import words
 
 #: More tools than this sharing a form means the form is a phrase, not a name.
@@ -213,10 +213,7 @@ class NamedFirst(SearcherBase):
         self.name = inner.name
 
     def rank(self, query: str, tools: Sequence[Tool], limit: int) -> Ranking:
-        with one_catalog(tools):
-            return self._rank(query, tools, limit)
-
-    def _rank(self, query: str, tools: Sequence[Tool], limit: int) -> Ranking:
+        tools = as_catalog(tools)  # one key for the names' index and every index of the backend
         named = name_index(tools).match(query)
         try:
             ranking = self.inner.rank(query, tools, limit)

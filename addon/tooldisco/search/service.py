@@ -19,7 +19,7 @@ from ..loop import Found
 from ..providers.base import ToolCall, ToolResult
 from ..selector_client import FixedRanking, SelectorClient
 from ..telemetry import SearchRecord
-from .base import MAX_QUERY_CHARS, WARM_UP_QUERY, Searcher, catalog_key
+from .base import MAX_QUERY_CHARS, WARM_UP_QUERY, Catalog, Searcher
 from .budget import run_query_async
 from .phantom_query import LIST_ALL, SELECT_PREFIX
 
@@ -42,7 +42,7 @@ class SearchService:
         """The result the model reads for ``call`` and the tools to load; never raises."""
         td = self.config
         t0 = time.perf_counter()
-        catalog = list(ctx.catalog.values())
+        catalog = ctx.searchable
         record = SearchRecord(query=None, matched=[], backend=None, deferred=len(catalog))
         ctx.record.searches.append(record)
         searcher: Searcher = self.searcher
@@ -90,19 +90,18 @@ class SearchService:
                                       "and can be called directly."})
         return Found(ToolResult(call, text), tools)
 
-    async def warm(self, tools: list[Any]) -> None:
+    async def warm(self, tools: Catalog) -> None:
         """Build a catalog's indexes once, ahead of its searches (hybrid embeds every tool): the
         planner starts it when it first sees the catalog, a search waits for it outside its
         budget."""
-        key = catalog_key(tools)
-        running = self._warming.get(key)
+        running = self._warming.get(tools.key)
         if running is None:
-            running = self._warming[key] = asyncio.ensure_future(self._build(tuple(tools)))
+            running = self._warming[tools.key] = asyncio.ensure_future(self._build(tools))
             while len(self._warming) > MAX_WARMED:
                 self._warming.pop(next(iter(self._warming)))
         await asyncio.shield(running)
 
-    async def _build(self, tools: tuple[Any, ...]) -> None:
+    async def _build(self, tools: Catalog) -> None:
         try:
             await asyncio.to_thread(self.searcher.rank, WARM_UP_QUERY, tools, 1)
         except Exception as e:  # the real search will report it
