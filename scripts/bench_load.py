@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Load: concurrent sessions through plain mitmdump and through the addon (diskcache, Redis), one run.
 
-    .venv/bin/python scripts/bench_load.py [--sessions 100] [--turns 10] [--targets mitmdump,disk,redis]
+    .venv/bin/python scripts/bench_load.py [--sessions 100] [--turns 10] [--targets mitmdump,disk,redis] [--pace 0.5,0.02]
 
 ``--sessions`` sessions at once, each of ``--turns`` turns one after another, through a real
 mitmdump (``tests/e2e/harness.py``) in front of the fake provider (``tests/fakeprovider``, in
-its own process, unpaced), one target after the other on the same workload:
+its own process; unpaced unless ``--pace``), one target after the other on the same workload:
 
 - ``mitmdump``: plain mitmdump, no addon;
 - ``disk``: mitmdump + the addon on the shipped ``configs/tool_discovery.yaml`` (tool-search),
@@ -58,6 +58,12 @@ from tests.support.redis_server import RedisServer  # noqa: E402
 
 CONFIG = ROOT / "configs" / "tool_discovery.yaml"
 TARGETS = ("mitmdump", "disk", "redis")
+# Plain mitmdump streaming every answer as it comes (a two-line script sets ``flow.response.stream``;
+# ``stream_large_bodies`` would stream requests too, and map-remote cannot route a streamed
+# request), as the addon streams every answer live: what live streaming alone costs a proxy.
+STREAMING = "mitmdump-stream"
+STREAM_SCRIPT = "def responseheaders(flow):\n    flow.response.stream = True\n"
+PLAIN = ("mitmdump", STREAMING)
 P95_RATIO = 1.2
 TENANTS = 16
 SEARCH_SKIP_EVERY = 5  # turn t searches unless t % 5 == 4: four turns in five
@@ -263,8 +269,13 @@ def addon_config(backend: str, redis_url: str | None) -> Callable[[Path], str]:
 
 def start_proxy(target: str, fake: Fake, workdir: Path, redis_url: str | None = None,
                 extra_args: Sequence[str] = ()) -> MitmDump:
-    if target == "mitmdump":
-        return MitmDump(workdir, fake.url, extra_args=extra_args, name=target).start()
+    if target in PLAIN:
+        script = None
+        if target == STREAMING:
+            workdir.mkdir(parents=True, exist_ok=True)
+            script = workdir / "stream_answers.py"
+            script.write_text(STREAM_SCRIPT)
+        return MitmDump(workdir, fake.url, script=script, extra_args=extra_args, name=target).start()
     return MitmDump(workdir, fake.url, script=ADDON_PATH, config=addon_config(target, redis_url),
                     extra_args=extra_args, name=target).start()
 
@@ -275,6 +286,10 @@ class LoadFake(Fake):
     def reset(self) -> None:
         self.control.post("/_reset").raise_for_status()
         self.control.post("/_script", json=script()).raise_for_status()
+
+    def pace(self, first: float, every: float) -> None:
+        """Answer like a model: ``first`` seconds before each answer begins, ``every`` between events."""
+        self.control.post("/_settings", json={"first_delay": first, "stream_delay": every}).raise_for_status()
 
 
 @dataclass
@@ -322,7 +337,7 @@ def run(names: list[str], fake: Fake, tmp: Path, sessions: int, turns: int) -> l
             for t in targets:  # warm-up: TLS certificates, imports, the first index builds
                 warm = Outcome()
                 pool = clients(t.proxy, range(sessions, sessions + 8))
-                await drive(pool, run_id, range(2), warm, twice=t.name == "mitmdump")
+                await drive(pool, run_id, range(2), warm, twice=t.name in PLAIN)
                 await close(pool)
                 t.outcome.errors += warm.errors
             for t in targets:
@@ -331,7 +346,7 @@ def run(names: list[str], fake: Fake, tmp: Path, sessions: int, turns: int) -> l
             for turn in range(turns):
                 for t in targets[turn % len(targets):] + targets[:turn % len(targets)]:
                     cpu = t.rss.cpu()
-                    await drive(pools[t.name], run_id, range(turn, turn + 1), t.outcome, twice=t.name == "mitmdump")
+                    await drive(pools[t.name], run_id, range(turn, turn + 1), t.outcome, twice=t.name in PLAIN)
                     t.cpu += t.rss.cpu() - cpu
                 fake.reset()  # the fake keeps every request it saw
         finally:
@@ -353,9 +368,11 @@ def run(names: list[str], fake: Fake, tmp: Path, sessions: int, turns: int) -> l
     return targets
 
 
-def report(results: list[Target], sessions: int, turns: int) -> bool:
+def report(results: list[Target], sessions: int, turns: int, pace: tuple[float, float]) -> bool:
+    paced = (f"the fake paced like a model ({pace[0] * 1000:.0f} ms to the first event, {pace[1] * 1000:.0f} ms "
+             "between events)" if any(pace) else "the fake unpaced")
     print(f"## {sessions} concurrent sessions x {turns} turns, 4 APIs, streaming and not, "
-          f"{sum(map(searches, range(turns)))} of {turns} turns searching\n")
+          f"{sum(map(searches, range(turns)))} of {turns} turns searching, {paced}\n")
     print("| proxy | turns | turns/s | p50 ms | p95 ms | p99 ms | mitmdump CPU ms/turn | errors | lost | crossed "
           "| addon fail-open | RSS before MiB | RSS after MiB | RSS peak MiB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -368,15 +385,18 @@ def report(results: list[Target], sessions: int, turns: int) -> bool:
               f"| {r.rss.peak / MiB:,.0f} |")
     ok = True
     plain = next((r for r in results if r.name == "mitmdump"), None)
+    streaming = next((r for r in results if r.name == STREAMING), None)
     print()
     for r in results:
         o = r.outcome
         passed = not (o.errors or o.lost or o.crossed or r.failed_open)
         line = f"- {r.name}: {len(o.errors)} errors, {len(o.lost)} lost, {len(o.crossed)} crossed"
-        if plain is not None and r is not plain:
+        if plain is not None and r.name not in PLAIN:
             ratio = pct(o.latencies, 95) / max(pct(plain.outcome.latencies, 95), 1e-9)
             passed &= ratio <= P95_RATIO
             line += f", p95 {ratio:.2f} x plain mitmdump's (<= {P95_RATIO})"
+        if streaming is not None and r.name not in PLAIN:
+            line += f" ({pct(o.latencies, 95) / max(pct(streaming.outcome.latencies, 95), 1e-9):.2f} x streaming mitmdump's)"
         print(f"{line}: {'PASS' if passed else 'FAIL'}")
         ok &= passed
         for what in (o.errors, o.lost, o.crossed):
@@ -391,19 +411,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--turns", type=int, default=10)
-    ap.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {', '.join(TARGETS)}")
+    ap.add_argument("--targets", default=",".join(TARGETS),
+                    help=f"comma-separated, of {', '.join(TARGETS)} and {STREAMING} (plain mitmdump streaming every body)")
+    ap.add_argument("--pace", default="0,0", metavar="FIRST,EVERY",
+                    help="the fake answers like a model: FIRST seconds before an answer begins, EVERY seconds "
+                         "between streamed events (default 0,0: unpaced, so the proxies' own cost is all there is)")
     args = ap.parse_args()
+    try:
+        first, every = (float(v) for v in args.pace.split(","))
+    except ValueError:
+        ap.error("--pace takes two numbers of seconds, FIRST,EVERY")
     targets = [t for t in args.targets.split(",") if t]
-    if unknown := set(targets) - set(TARGETS):
+    if unknown := set(targets) - {*TARGETS, STREAMING}:
         ap.error(f"unknown targets: {', '.join(sorted(unknown))}")
     with tempfile.TemporaryDirectory(prefix="bench-load-") as name:
         tmp = Path(name)
         fake = LoadFake(tmp / "fake.log")
         try:
+            fake.pace(first, every)
             results = run(targets, fake, tmp, args.sessions, args.turns)
         finally:
             fake.stop()
-    ok = report(results, args.sessions, args.turns)
+    ok = report(results, args.sessions, args.turns, (first, every))
     print(f"\n{'PASS' if ok else 'FAIL'}: load acceptance")
     sys.exit(0 if ok else 1)
 

@@ -13,7 +13,7 @@ recorded with ``api=None`` so they do not count as API requests (``nth``).
 
 Control endpoints (for out-of-process use; never recorded):
 ``GET /_requests[?since=N]``, ``POST /_reset``, ``GET|POST /_script``,
-``POST /_settings`` (``{"stream_delay": 0.05, "websocket_status": 405, "prompt_cache": false,
+``POST /_settings`` (``{"stream_delay": 0.05, "first_delay": 0, "websocket_status": 405, "prompt_cache": false,
 "no_native_models": []}``),
 ``GET /_health``.
 
@@ -151,11 +151,14 @@ class FakeProvider:
         port: int = 0,
         *,
         stream_delay: float = 0.05,
+        first_delay: float = 0.0,
         providers: list[Provider] | None = None,
     ) -> None:
         self.host = host
         self.requested_port = port
         self.stream_delay = stream_delay
+        #: seconds before every API answer begins (JSON or stream): a model's time to first token
+        self.first_delay = first_delay
         #: status for refused WebSocket upgrades (405: an HTTP-only server's "GET not allowed here")
         self.websocket_status = 405
         #: the prefix-cache model: off, so usage numbers stay the plain estimate
@@ -368,6 +371,8 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 return
             response = self._answer(provider, route, rec, query)
+            if fake.first_delay > 0:  # the model reading the prompt before its first token
+                time.sleep(fake.first_delay)
             if isinstance(response, StreamResponse):
                 self._send_stream(rec, response)
             else:
@@ -507,6 +512,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/_settings" and self.command == "POST":
                 if "stream_delay" in data:
                     fake.stream_delay = float(data["stream_delay"])
+                if "first_delay" in data:
+                    fake.first_delay = float(data["first_delay"])
                 if "websocket_status" in data:
                     fake.websocket_status = int(data["websocket_status"])
                 if "no_native_models" in data:
@@ -518,6 +525,7 @@ class _Handler(BaseHTTPRequestHandler):
                 out = {
                     "ok": True,
                     "stream_delay": fake.stream_delay,
+                    "first_delay": fake.first_delay,
                     "websocket_status": fake.websocket_status,
                     "prompt_cache": fake.prompt_cache,
                     "no_native_models": sorted(fake.no_native_models),
