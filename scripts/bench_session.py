@@ -3,9 +3,11 @@
 
     .venv/bin/python scripts/bench_session.py [--apis anthropic,chat,responses,gemini] [--servers 20]
 
-One scripted session — 22 user turns of an on-call day, 13 of them needing an MCP tool
-(11 different tools on seven servers, two of them used twice), plain answers between them and a
-topic change every few turns — over an MCP catalog of ``--servers`` × 25 tools
+A scripted session (``--plan``) — ``on-call``: 22 user turns of an on-call day, 13 of them
+needing an MCP tool (11 different tools on seven servers, two of them used twice), plain answers
+between them and a topic change every few turns; ``release``: 20 turns of a release afternoon,
+6 of them tool turns on six servers (the shape of the session issue 11 measured) — over an MCP
+catalog of ``--servers`` × 25 tools
 (``tests/support/mcp_catalog.py``; 500 tools, ~67K tokens at the default), for every API
 and every path:
 
@@ -14,6 +16,10 @@ and every path:
   Claude Code and Codex do — every tool ``defer_loading``, its own tool search answered with
   ``tool_reference`` blocks / a ``tool_search_output`` for a plain BM25's top 5: the bar a proxy
   with a better search must meet;
+- **client-call-through** (Chat, Gemini): no proxy, and a client whose ``tools[]`` is its own
+  search and one ``call_tool(name, arguments)``, fixed for the session: its search answers with
+  the plain BM25's top 5 definitions as text, the model calls them through ``call_tool`` (what a
+  fixed ``tools[]`` would cost on the APIs without native deferral);
 - **mitmdump**: a plain mitmdump in between (HTTPS interception, map-remote to the fake);
 - **tool-search**: mitmdump + the addon on the shipped ``configs/tool_discovery.yaml``: native
   deferral where the model has it (``defer_loading`` tools, searches answered with
@@ -98,7 +104,8 @@ CONFIGS: dict[str, tuple[Path, dict[str, Any]]] = {
     "tool-search": (SHIPPED, {}), "tool-search-classic": (SHIPPED, NATIVE_OFF),
     "relevance": (ROOT / "configs" / "relevance.yaml", {}),
 }
-PATHS = ("direct", "client-native", "mitmdump", "tool-search", "tool-search-classic", "relevance")
+PATHS = ("direct", "client-native", "client-call-through", "mitmdump", "tool-search", "tool-search-classic",
+         "relevance")
 APIS = ("anthropic", "chat", "responses", "gemini")
 MODELS = {"anthropic": "claude-sonnet-4-6", "chat": "gpt-5", "responses": "gpt-5.4", "gemini": "gemini-2.5-pro"}
 SEARCHES = (SEARCH_TOOL, "tool_search")  # the proxy's search tool, and its native Responses search
@@ -334,8 +341,9 @@ def tool_output(index: int, turn: Turn, size: int) -> str:
 
 
 class SessionModel(Script):
-    """The fake's model for the session: the turn's tool when it is offered, else one search,
-    else an apology; once the turn's result is in, the turn's answer."""
+    """The fake's model for the session: the turn's tool when it is offered (or, offered a
+    ``call_tool``, through it once a search result named the tool), else one search, else an
+    apology; once the turn's result is in, the turn's answer."""
 
     def __init__(self, plan: tuple[Turn, ...]) -> None:
         super().__init__()
@@ -345,10 +353,12 @@ class SessionModel(Script):
         index, turn = self.turns.get(conv.last_user_text, (-1, None))
         if turn is None:
             return Rule(text="Could you say that again?")
-        if not turn.tool or any(r.name == turn.tool and trace(index) in r.content for r in conv.results):
+        if not turn.tool or any(r.name in (turn.tool, CALL_TOOL) and trace(index) in r.content for r in conv.results):
             return Rule(text=turn.answer)
         if conv.offered(turn.tool):
             return Rule(calls=[Call(turn.tool, turn.args)])
+        if conv.offered(CALL_TOOL) and any(turn.tool in r.content for r in conv.results):
+            return Rule(calls=[Call(CALL_TOOL, {"name": turn.tool, "arguments": turn.args})])
         search = next((name for name in SEARCHES if conv.offered(name)), None)
         searched = any(c.name == search and c.arguments == {"query": turn.query} for c in conv.calls)
         if search and not searched:
@@ -610,6 +620,56 @@ def merged_text(parts: list[gt.Part]) -> list[gt.Part]:
     return out
 
 
+# A client whose tools[] never changes without native deferral: its own search answers with the
+# found tools' definitions as text, and the model calls them through one dispatching function.
+CALL_TOOL = "call_tool"
+CALL_TOOL_SCHEMA = {"type": "object", "required": ["name", "arguments"],
+                    "properties": {"name": {"type": "string", "description": "a tool a search returned"},
+                                   "arguments": {"type": "object", "description": "its arguments"}}}
+CALL_TOOL_DESCRIPTION = "Call a tool that tool_search returned, by its name, with arguments that fit its schema."
+
+
+class CallThrough:
+    """What both call-through clients share: the plain BM25's top 5, answered with definitions."""
+
+    def __init__(self, tools: list[Tool]) -> None:
+        self.search = PlainBM25(tools)
+        self.definitions = {t["name"]: t for t in anthropic_tools(tools)}
+
+    def found(self, name: str, args: Any) -> Any:
+        if name != "tool_search":
+            return None
+        return json.dumps({"tools": [self.definitions[n] for n in self.search.top(str(args.get("query", "")), 5)],
+                           "message": f"Call these through {CALL_TOOL}."})
+
+
+class CallThroughChatAgent(ChatAgent):
+    def __init__(self, route: Route, key: str, tools: list[Tool]) -> None:
+        super().__init__(route, key, tools)
+        self.through = CallThrough(tools)
+        self.tools = [{"type": "function", "function": {"name": "tool_search", "description": CLIENT_SEARCH["description"],
+                                                        "parameters": CLIENT_SEARCH["input_schema"]}},
+                      {"type": "function", "function": {"name": CALL_TOOL, "description": CALL_TOOL_DESCRIPTION,
+                                                        "parameters": CALL_TOOL_SCHEMA}}]
+
+    def own_tool(self, name: str, args: Any) -> Any:
+        return self.through.found(name, args)
+
+
+class CallThroughGeminiAgent(GeminiAgent):
+    def __init__(self, route: Route, key: str, tools: list[Tool]) -> None:
+        super().__init__(route, key, tools)
+        self.through = CallThrough(tools)
+        declared: Any = [{"functionDeclarations": [
+            {"name": "tool_search", "description": CLIENT_SEARCH["description"],
+             "parameters": CLIENT_SEARCH["input_schema"]},
+            {"name": CALL_TOOL, "description": CALL_TOOL_DESCRIPTION, "parameters": CALL_TOOL_SCHEMA}]}]
+        self.config = gt.GenerateContentConfig(system_instruction=SYSTEM, tools=declared)
+
+    def own_tool(self, name: str, args: Any) -> Any:
+        return self.through.found(name, args)
+
+
 AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
     "anthropic": ClaudeAgent, "chat": ChatAgent, "responses": ResponsesAgent, "gemini": GeminiAgent,
 }
@@ -617,6 +677,11 @@ AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
 # Clients that defer by themselves (the bar the proxy's native deferral is held to).
 NATIVE_AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
     "anthropic": NativeClaudeAgent, "responses": NativeResponsesAgent}
+# Clients that keep tools[] fixed by calling found tools through one function (a design's bar).
+CALL_THROUGH_AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
+    "chat": CallThroughChatAgent, "gemini": CallThroughGeminiAgent}
+# The paths with a client of their own, and the APIs they have one for.
+CLIENTS = {"client-native": NATIVE_AGENTS, "client-call-through": CALL_THROUGH_AGENTS}
 
 
 def play(agent: Agent, plan: tuple[Turn, ...], result_bytes: int) -> int:
@@ -629,7 +694,8 @@ def play(agent: Agent, plan: tuple[Turn, ...], result_bytes: int) -> int:
             calls = agent.step()
             if not calls:
                 break
-            called = called or any(name == turn.tool for _, name, _ in calls)
+            called = called or any(name == turn.tool or (name == CALL_TOOL and args.get("name") == turn.tool)
+                                   for _, name, args in calls)
             agent.answer([(cid, name, agent.own_tool(name, args) or tool_output(index, turn, result_bytes))
                           for cid, name, args in calls])
         done += bool(turn.tool) and called
@@ -716,7 +782,7 @@ def session(api: str, path: str, route: Route, fake: FakeProvider, tools: list[T
     fake.set_script(SessionModel(plan))
     run = Run(api, path)
     try:
-        make = NATIVE_AGENTS[api] if path == "client-native" else AGENTS[api]
+        make = CLIENTS[path][api] if path in CLIENTS else AGENTS[api]
         agent = make(route, f"bench-{api}-{path}-{uuid.uuid4().hex[:8]}", tools)
         run.done = play(agent, plan, result_bytes)
     except Exception as exc:  # a broken run is reported, and the others still run
@@ -835,7 +901,7 @@ def main() -> None:
             failures: list[str] = []
             for api in apis:
                 for path in paths:
-                    if path == "client-native" and api not in NATIVE_AGENTS:
+                    if path in CLIENTS and api not in CLIENTS[path]:
                         continue
                     started = time.monotonic()
                     route = Route(fake.url, proxies.get(path))

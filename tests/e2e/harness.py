@@ -24,10 +24,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 import argon2
 import httpx
+import yaml
 
 if TYPE_CHECKING:
     import anthropic
     import openai
+    from google import genai
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The addon under test (the default for the ``addon_script`` fixture).
@@ -89,6 +91,21 @@ TEST_KEYS = {
 
 ConfigSpec = str | Callable[[Path], str] | None
 """Addon config: YAML text, or a function of the instance's work dir returning it."""
+
+
+def addon_config(workdir: Path, *, telemetry: str = "tool_discovery.jsonl", sessions: Mapping[str, Any] | None = None,
+                 hosts: Sequence[str] | None = None, **tool_discovery: Any) -> str:
+    """The addon's YAML with ``pipes.tool_discovery`` enabled and set from ``tool_discovery``, its
+    session store and telemetry file (a name) inside ``workdir``, so a test module states only what
+    it changes and every instance keeps its state to itself. ``sessions`` adds to (or replaces) the
+    store's ``dir``; ``hosts`` replaces the default processed hosts."""
+    doc: dict[str, Any] = {"pipes": {"tool_discovery": {"enabled": True, **tool_discovery}}}
+    if hosts is not None:
+        doc["hosts"] = list(hosts)
+    doc["sessions"] = {"dir": str(workdir / "sessions"), **(sessions or {})}
+    doc["telemetry"] = {"path": str(workdir / telemetry)}
+    return yaml.safe_dump(doc, sort_keys=False)
+
 
 _LIVE: list[MitmDump] = []
 
@@ -415,6 +432,31 @@ class MitmDump:
         kw.setdefault("timeout", 120.0)
         http = openai.DefaultHttpxClient(proxy=self.url, verify=self.ssl_context(), trust_env=False)
         return openai.OpenAI(http_client=http, **kw)
+
+    def genai(self, *, api_key: str = TEST_KEYS["GEMINI_API_KEY"], **client_args: Any) -> genai.Client:
+        """The real google-genai client with its real endpoint, through the proxy (one attempt);
+        ``client_args`` go to its httpx client (``event_hooks=`` to see what it sends)."""
+        from google import genai
+        from google.genai import types as gt
+
+        args = {"proxy": self.url, "verify": self.ssl_context(), "trust_env": False, **client_args}
+        options = gt.HttpOptions(client_args=args, retry_options=gt.HttpRetryOptions(attempts=1))
+        return genai.Client(api_key=api_key, http_options=options)
+
+    def bedrock(self, **kw: Any) -> Any:
+        """boto3 ``bedrock-runtime`` with its real endpoint, through the proxy (one attempt), signing
+        with the fake's test AWS key unless ``aws_access_key_id``/``aws_secret_access_key`` say otherwise."""
+        import boto3
+        import botocore.config
+
+        from tests.fakeprovider.providers.bedrock import TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY
+
+        config = botocore.config.Config(
+            proxies={"https": self.url}, retries={"total_max_attempts": 1, "mode": "standard"}, read_timeout=60
+        )
+        kw.setdefault("aws_access_key_id", TEST_ACCESS_KEY_ID)
+        kw.setdefault("aws_secret_access_key", TEST_SECRET_ACCESS_KEY)
+        return boto3.client("bedrock-runtime", region_name="us-east-1", config=config, verify=str(self.ca_path), **kw)
 
     def agent_env(self, *, home: Path | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for a subprocess agent (or SDK) using this proxy as users do:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import ADDON_PATH, MITMDUMP, REPO_ROOT
+from tests.e2e.harness import ADDON_PATH, MITMDUMP, REPO_ROOT, addon_config
 from tests.fakeprovider import SEARCH_TOOL, call, reply, search
 from tests.support.catalog import anthropic_tools
 
@@ -34,15 +34,11 @@ def test_invalid_config_stops_mitmdump_naming_the_key(tmp_path, text, message):
 
 
 def deferral_config(d: Path) -> str:
-    return f"""
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: tool-search
-    search: {{backend: bm25}}
-sessions: {{dir: {d}/sessions}}
-telemetry: {{path: {d}/t.jsonl}}
-"""
+    return addon_config(d, strategy="tool-search", search={"backend": "bm25"}, telemetry="t.jsonl")
+
+
+def passthrough_config(d: Path) -> str:
+    return addon_config(d, strategy="passthrough", sessions={"dir": str(d / "s")}, telemetry="t.jsonl")
 
 
 def test_found_tools_survive_a_restart(mitm_factory, fake):
@@ -100,8 +96,7 @@ def test_shipped_default_config_keeps_likely_tools_upfront(mitm_factory, fake, t
     ("https://api.openai.com/v1/chat/completions", {"authorization": "Bearer k"}),
 ])
 def test_passthrough_strategy_forwards_bytes_untouched(mitm_factory, fake, path, headers):
-    proxy = mitm_factory(config=lambda d: "pipes:\n  tool_discovery:\n    enabled: true\n    strategy: passthrough\n"
-                         f"sessions: {{dir: {d}/s}}\ntelemetry: {{path: {d}/t.jsonl}}\n")
+    proxy = mitm_factory(config=passthrough_config)
     tools = anthropic_tools(60) if "anthropic" in path else [
         {"type": "function", "function": {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]}}
         for t in anthropic_tools(60)]

@@ -9,13 +9,13 @@ import sys
 import threading
 import time
 import uuid
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
-from tests.e2e.harness import REPO_ROOT
+from tests.e2e.harness import REPO_ROOT, ConfigSpec, addon_config
 from tests.fakeprovider import SEARCH_TOOL, call, reply, search
 from tests.support.catalog import anthropic_tools
 
@@ -69,23 +69,10 @@ def faulty() -> Iterator[FaultySelector]:
     s.close()
 
 
-def api_config(endpoint: str, rollout: str = "full", percent: float = 100, timeout: str = "1s"):
-    return lambda d: f"""
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: api
-    max_search_results: 3
-    api:
-      endpoint: "{endpoint}"
-      api_key: "{KEY}"
-      timeout: {timeout}
-      max_response_bytes: 4096
-      rollout: {rollout}
-      rollout_percent: {percent}
-sessions: {{dir: {d}/sessions}}
-telemetry: {{path: {d}/t.jsonl}}
-"""
+def api_config(endpoint: str, rollout: str = "full", percent: float = 100, timeout: str = "1s") -> ConfigSpec:
+    api = {"endpoint": endpoint, "api_key": KEY, "timeout": timeout, "max_response_bytes": 4096, "rollout": rollout,
+           "rollout_percent": percent}
+    return partial(addon_config, strategy="api", max_search_results=3, api=api, telemetry="t.jsonl")
 
 
 def fresh(text: str) -> str:

@@ -33,16 +33,13 @@ from typing import Any
 from urllib.parse import quote
 
 import anthropic
-import boto3
-import botocore.config
 import botocore.exceptions
 import openai
 import pytest
-from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as gt
 
-from tests.e2e.harness import ADDON_PATH, SCRUBBED_ENV, MitmDump
+from tests.e2e.harness import ADDON_PATH, SCRUBBED_ENV, MitmDump, addon_config
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, RecordedRequest, Rule, fail, reply, search
 from tests.fakeprovider.providers import PROVIDERS, BedrockConverse, BedrockInvoke, Incoming, OpenAIChat
 from tests.support.catalog import anthropic_tools, openai_tools
@@ -72,27 +69,18 @@ CATALOG = anthropic_tools(60)
 AWS_PROFILE = "tdcred"
 COLUMNS = "200"
 
-CONFIG = """
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: tool-search
-    max_search_results: 3
-    search:
-      backend: hybrid
-      cache_dir: {d}/search-cache
-      timeout: 60s  # the first search embeds the catalog: slow on a loaded machine, and not under test
-hosts:
-  - api.anthropic.com
-  - api.openai.com
-  - generativelanguage.googleapis.com
-  - "bedrock-runtime.*.amazonaws.com"
-  - "*.openai.azure.com"
-sessions:
-  dir: {d}/sessions
-telemetry:
-  path: {d}/telemetry.jsonl
-"""
+TELEMETRY = "telemetry.jsonl"
+HOSTS = ("api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com", "bedrock-runtime.*.amazonaws.com",
+         "*.openai.azure.com")
+
+
+def config(d: Path) -> str:
+    """Hybrid search, so the embedding cache is written too; the first search embeds the catalog:
+    slow on a loaded machine, and not under test (a long search timeout)."""
+    search = {"backend": "hybrid", "cache_dir": str(d / "search-cache"), "timeout": "60s"}
+    return addon_config(d, strategy="tool-search", max_search_results=3, search=search, hosts=HOSTS,
+                        telemetry=TELEMETRY)
+
 
 # Errors a client raises when the proxy passes an upstream failure on (the failure scenarios).
 CLIENT_ERRORS = (anthropic.APIError, openai.APIError, genai_errors.APIError, botocore.exceptions.ClientError)
@@ -133,7 +121,7 @@ def proxy(provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> I
         tmp_path_factory.mktemp("credentials"),
         provider.url,
         script=ADDON_PATH,
-        config=lambda d: CONFIG.format(d=d),
+        config=config,
         extra_args=["--map-remote", f"|^https://{AZURE_HOST_RE}(?::443)?(?=/)|{provider.url}",
                     "--set", "termlog_verbosity=debug"],
         name="credentials",
@@ -208,9 +196,7 @@ def azure_key(mitm: MitmDump, text: str, stream: bool) -> None:
 
 
 def gemini_header(mitm: MitmDump, text: str, stream: bool) -> None:
-    args = {"proxy": mitm.url, "verify": mitm.ssl_context(), "trust_env": False}
-    options = gt.HttpOptions(client_args=args, retry_options=gt.HttpRetryOptions(attempts=1))
-    client = genai.Client(api_key=GEMINI_HEADER_KEY, http_options=options)
+    client = mitm.genai(api_key=GEMINI_HEADER_KEY)
     decls = [gt.FunctionDeclaration(name=t["name"], description=t["description"], parameters_json_schema=t["input_schema"])
              for t in CATALOG]
     config = gt.GenerateContentConfig(tools=[gt.Tool(function_declarations=decls)])
@@ -233,9 +219,7 @@ def gemini_query(mitm: MitmDump, text: str, stream: bool, key: str = GEMINI_QUER
 
 def bedrock_sigv4(mitm: MitmDump, text: str, stream: bool, signatures: list[str]) -> None:
     """boto3 signs with SigV4; every Authorization it sends goes to ``signatures``."""
-    config = botocore.config.Config(proxies={"https": mitm.url}, retries={"total_max_attempts": 1, "mode": "standard"})
-    client = boto3.client("bedrock-runtime", region_name="us-east-1", config=config, verify=str(mitm.ca_path),
-                          aws_access_key_id=AWS_KEY_ID, aws_secret_access_key=AWS_SECRET)
+    client = mitm.bedrock(aws_access_key_id=AWS_KEY_ID, aws_secret_access_key=AWS_SECRET)
 
     def keep_signature(request: Any, **_: Any) -> None:
         value = request.headers["Authorization"]
@@ -322,9 +306,6 @@ def run_scenario(mitm: MitmDump, fake: FakeProvider, form: Form, scenario: str, 
     except CLIENT_ERRORS as e:
         error = f"{type(e).__name__}: {e}"[:500]
     return Run(recorded(fake, len(statuses)), error)
-
-
-TELEMETRY = "telemetry.jsonl"
 
 
 def telemetry_lines(path: Path) -> list[dict[str, Any]]:

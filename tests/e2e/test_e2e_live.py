@@ -50,7 +50,6 @@ from tests.e2e.test_e2e_more_apis import (
     TARGET,
     anthropic_message,
     aws_chain,  # noqa: F401 (a fixture: the proxy's AWS chain, so that it re-signs Bedrock bodies)
-    bedrock_client,
     converse_tools,
     fresh,
     gemini_tools,
@@ -58,7 +57,7 @@ from tests.e2e.test_e2e_more_apis import (
     invoke_tools,
     r_tool,
 )
-from tests.e2e.test_e2e_tool_search import CONFIG as TOOL_SEARCH
+from tests.e2e.test_e2e_tool_search import config as tool_search_config
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, Rule, call, calls, fail, reply, search
 from tests.fakeprovider.providers.anthropic import thinking_signature
 
@@ -85,7 +84,7 @@ def _live_proxy(
         tmp_path_factory.mktemp("live"),
         fake_provider.url,
         script=ADDON_PATH,
-        config=lambda d: TOOL_SEARCH.format(d=d, backend="bm25"),
+        config=tool_search_config("bm25"),
         name="live",
     )
     with aws_chain():  # the proxy's AWS chain holds the fake's credentials: it re-signs Bedrock bodies
@@ -284,7 +283,7 @@ class BotoDriver(Driver):
 
     def __init__(self, proxy: MitmDump, *, thinking: bool = False) -> None:
         super().__init__(proxy, thinking=thinking)
-        self.client = bedrock_client(proxy)
+        self.client = proxy.bedrock()
         self.messages: list[dict[str, Any]] = []
         self._open: Any = None
         self._received = bytearray()

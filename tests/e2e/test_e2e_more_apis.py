@@ -17,10 +17,9 @@ import copy
 import json
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
-import boto3
-import botocore.config
 import botocore.exceptions
 import httpx
 import openai
@@ -32,7 +31,7 @@ from botocore.eventstream import EventStreamBuffer
 from google import genai
 from google.genai import types as gt
 
-from tests.e2e.harness import ADDON_PATH, MitmDump
+from tests.e2e.harness import ADDON_PATH, ConfigSpec, MitmDump, addon_config
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, RecordedRequest, call, calls, fail, reply, search
 from tests.fakeprovider.providers.bedrock import TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY
 from tests.support.catalog import anthropic_tools
@@ -41,23 +40,13 @@ pytestmark = pytest.mark.e2e
 
 # --- configs and proxies ---------------------------------------------------------------------
 
-CONFIG = """
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: {strategy}
-    min_tools: 5
-    max_tools: 25
-    target_ratio: 0.8
-    max_search_results: 3
-    always_keep: ["read_file", "crm.*"]  # crm.*: the namespace's functions stay where the client put them
-    search:
-      backend: bm25
-sessions:
-  dir: {d}/sessions
-telemetry:
-  path: {d}/t.jsonl
-"""
+
+def config(strategy: str) -> ConfigSpec:
+    """``crm.*`` kept: the namespace's functions stay where the client put them."""
+    return partial(addon_config, strategy=strategy, min_tools=5, max_tools=25, target_ratio=0.8, max_search_results=3,
+                   always_keep=["read_file", "crm.*"], search={"backend": "bm25"}, telemetry="t.jsonl")
+
+
 AWS_PROFILE = "tooldisco-e2e"
 #: Variables that would put other credentials ahead of the shared credentials file in the
 #: proxy's chain (or make it probe instance metadata).
@@ -108,7 +97,7 @@ def _proxy_fixture(strategy: str) -> Any:
             tmp_path_factory.mktemp(strategy),
             fake_provider.url,
             script=ADDON_PATH,
-            config=lambda d: CONFIG.format(d=d, strategy=strategy),
+            config=config(strategy),
             name=f"more_apis {strategy}",
         )
         with aws_chain():
@@ -241,23 +230,9 @@ def invoke_body(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> 
 # --- clients -------------------------------------------------------------------------------------
 
 
-def genai_client(mitm: MitmDump, sent: list[dict[str, Any]] | None = None) -> genai.Client:
-    """google-genai with its real endpoint, through the proxy, no retries; request bodies go to ``sent``."""
-    args: dict[str, Any] = {"proxy": mitm.url, "verify": mitm.ssl_context(), "trust_env": False}
-    if sent is not None:
-        args["event_hooks"] = {"request": [lambda req: sent.append(json.loads(req.content))]}
-    options = gt.HttpOptions(client_args=args, retry_options=gt.HttpRetryOptions(attempts=1))
-    return genai.Client(api_key="test-gemini-key", http_options=options)
-
-
-def bedrock_client(mitm: MitmDump, **kw: Any) -> Any:
-    """boto3 bedrock-runtime with its real endpoint, through the proxy, SigV4 with the test credentials."""
-    config = botocore.config.Config(
-        proxies={"https": mitm.url}, retries={"total_max_attempts": 1, "mode": "standard"}, read_timeout=60
-    )
-    kw.setdefault("aws_access_key_id", TEST_ACCESS_KEY_ID)
-    kw.setdefault("aws_secret_access_key", TEST_SECRET_ACCESS_KEY)
-    return boto3.client("bedrock-runtime", region_name="us-east-1", config=config, verify=str(mitm.ca_path), **kw)
+def recording(sent: list[dict[str, Any]]) -> dict[str, Any]:
+    """httpx ``event_hooks`` (for ``MitmDump.genai``) putting the JSON body of every request sent in ``sent``."""
+    return {"request": [lambda req: sent.append(json.loads(req.content))]}
 
 
 def capture_bodies(client: Any) -> list[bytes]:
@@ -483,7 +458,7 @@ def test_passthrough_gemini_byte_identical(passthrough: MitmDump, fk: FakeProvid
 
 @pytest.mark.parametrize("op", ["converse", "converse_stream", "invoke_model", "invoke_model_with_response_stream"])
 def test_passthrough_bedrock_byte_identical(passthrough: MitmDump, fk: FakeProvider, op: str) -> None:
-    client = bedrock_client(passthrough)
+    client = passthrough.bedrock()
     sent = capture_bodies(client)
     text = fresh("hi")
     if op.startswith("converse"):
@@ -533,7 +508,7 @@ def test_relevance_gemini(relevance: MitmDump, fk: FakeProvider, method: str) ->
         assert "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in r.json()) == "Sunny."
     else:
         sent_by_client: list[dict[str, Any]] = []
-        client = genai_client(relevance, sent_by_client)
+        client = relevance.genai(event_hooks=recording(sent_by_client))
         config = gt.GenerateContentConfig(tools=gemini_tools(read_file=False))  # type: ignore[arg-type]
         contents = [gt.Content(role="user", parts=[gt.Part(text=question)])]
         parts, _ = gemini_call(client, method == "sse", contents, config)
@@ -553,7 +528,7 @@ def test_relevance_bedrock_converse_resigned(relevance: MitmDump, fk: FakeProvid
     fk.set_script([reply("Sunny.")])
     config = converse_tools(read_file=False)
     res = converse_call(
-        bedrock_client(relevance),
+        relevance.bedrock(),
         stream,
         modelId=MODEL_ID,
         toolConfig=config,
@@ -573,7 +548,7 @@ def test_relevance_bedrock_invoke_resigned(relevance: MitmDump, fk: FakeProvider
     fk.set_script([reply("Sunny.")])
     tools = invoke_tools(read_file=False)
     body = invoke_body([{"role": "user", "content": fresh("What's the weather forecast for Paris?")}], tools)
-    msg, _ = invoke_call(bedrock_client(relevance), stream, body)
+    msg, _ = invoke_call(relevance.bedrock(), stream, body)
     assert msg["content"][0]["text"] == "Sunny."
     (rec,) = ok(fk.api_requests("bedrock-invoke"))
     names = assert_kept_subset(rec.json["tools"], tools, lambda t: t["name"])
@@ -585,7 +560,7 @@ def test_relevance_bedrock_api_key(relevance: MitmDump, fk: FakeProvider, monkey
     """A Bedrock API key (``Authorization: Bearer``) signs nothing: the filtered body just goes."""
     monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKZmFrZS1rZXk=")
     fk.set_script([reply("Sunny.")])
-    client = bedrock_client(relevance, aws_access_key_id=None, aws_secret_access_key=None)
+    client = relevance.bedrock(aws_access_key_id=None, aws_secret_access_key=None)
     res = client.converse(
         modelId=MODEL_ID,
         toolConfig=converse_tools(read_file=False),
@@ -798,7 +773,7 @@ def test_responses_mixed_turn_stored_chain(toolsearch: MitmDump, fk: FakeProvide
 def test_gemini_search_then_call_with_signatures(toolsearch: MitmDump, fk: FakeProvider, stream: bool) -> None:
     plan_search_then_call(fk)
     sent: list[dict[str, Any]] = []
-    client = genai_client(toolsearch, sent)
+    client = toolsearch.genai(event_hooks=recording(sent))
     config = gt.GenerateContentConfig(tools=gemini_tools())  # type: ignore[arg-type]
     contents = [gt.Content(role="user", parts=[gt.Part(text=fresh("What's the forecast for Paris?"))])]
     parts, usage = gemini_call(client, stream, contents, config)
@@ -886,7 +861,7 @@ def test_gemini_raw_bytes(toolsearch: MitmDump, fk: FakeProvider, method: str) -
 @pytest.mark.parametrize("stream", [False, True])
 def test_gemini_mixed_turn(toolsearch: MitmDump, fk: FakeProvider, stream: bool) -> None:
     plan_mixed(fk)
-    client = genai_client(toolsearch)
+    client = toolsearch.genai()
     config = gt.GenerateContentConfig(tools=gemini_tools())  # type: ignore[arg-type]
     contents = [gt.Content(role="user", parts=[gt.Part(text=fresh("Read notes.txt and post it to Slack"))])]
     parts, _ = gemini_call(client, stream, contents, config)
@@ -914,7 +889,7 @@ def test_gemini_mixed_turn(toolsearch: MitmDump, fk: FakeProvider, stream: bool)
 @pytest.mark.parametrize("stream", [False, True])
 def test_bedrock_converse_search_then_call(toolsearch: MitmDump, fk: FakeProvider, stream: bool) -> None:
     plan_search_then_call(fk)
-    client, config = bedrock_client(toolsearch), converse_tools()
+    client, config = toolsearch.bedrock(), converse_tools()
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": fresh("What's the forecast for Paris?")}]}]
     res = converse_call(client, stream, modelId=MODEL_ID, messages=messages, toolConfig=config)
     assert SEARCH_TOOL not in json.dumps(res, default=str)
@@ -947,7 +922,7 @@ def test_bedrock_converse_search_then_call(toolsearch: MitmDump, fk: FakeProvide
 @pytest.mark.parametrize("stream", [False, True])
 def test_bedrock_invoke_search_then_call(toolsearch: MitmDump, fk: FakeProvider, stream: bool) -> None:
     plan_search_then_call(fk)
-    client, tools = bedrock_client(toolsearch), invoke_tools()
+    client, tools = toolsearch.bedrock(), invoke_tools()
     messages: list[dict[str, Any]] = [{"role": "user", "content": fresh("What's the forecast for Paris?")}]
     msg, events = invoke_call(client, stream, invoke_body(messages, tools))
     assert SEARCH_TOOL not in json.dumps(msg) + json.dumps(events)
@@ -975,7 +950,7 @@ def test_bedrock_invoke_stream_keeps_invocation_metrics(toolsearch: MitmDump, fk
     ``message_stop`` (SDKs read usage there); the re-encoded stream must too, summed."""
     plan_search_then_call(fk)
     body = invoke_body([{"role": "user", "content": fresh("What's the forecast for Paris?")}], invoke_tools())
-    _, events = invoke_call(bedrock_client(toolsearch), True, body)
+    _, events = invoke_call(toolsearch.bedrock(), True, body)
     recs = ok(fk.api_requests("bedrock-invoke"))
     metrics = events[-1].get("amazon-bedrock-invocationMetrics")
     assert metrics is not None, events[-1]
@@ -988,7 +963,7 @@ def test_bedrock_invoke_token_count_headers_are_summed(toolsearch: MitmDump, fk:
     agree with the summed body usage, not describe round one only."""
     plan_search_then_call(fk)
     body = invoke_body([{"role": "user", "content": fresh("What's the forecast for Paris?")}], invoke_tools())
-    res = bedrock_client(toolsearch).invoke_model(modelId=MODEL_ID, body=json.dumps(body))
+    res = toolsearch.bedrock().invoke_model(modelId=MODEL_ID, body=json.dumps(body))
     msg = json.loads(res["body"].read())
     headers = res["ResponseMetadata"]["HTTPHeaders"]
     assert int(headers["x-amzn-bedrock-input-token-count"]) == msg["usage"]["input_tokens"]
@@ -1028,7 +1003,7 @@ def test_bedrock_api_key_search_then_call(
     """Bearer-authenticated Converse: nothing to sign, the loop works the same."""
     monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKZmFrZS1rZXk=")
     plan_search_then_call(fk)
-    client = bedrock_client(toolsearch, aws_access_key_id=None, aws_secret_access_key=None)
+    client = toolsearch.bedrock(aws_access_key_id=None, aws_secret_access_key=None)
     res = client.converse(
         modelId=MODEL_ID,
         toolConfig=converse_tools(),
@@ -1061,7 +1036,7 @@ def test_bedrock_converse_upstream_500_mid_loop(toolsearch: MitmDump, fk: FakePr
     """boto3 must see the upstream's error as Bedrock sent it (``x-amzn-ErrorType`` names the
     exception: retry and error handling depend on it)."""
     fk.set_script([search("forecast", times=1), fail(500, "overloaded", nth=2)])
-    client = bedrock_client(toolsearch)
+    client = toolsearch.bedrock()
     with pytest.raises(botocore.exceptions.ClientError) as exc:
         converse_call(
             client,

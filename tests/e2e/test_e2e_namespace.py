@@ -5,12 +5,13 @@ model calls it by its namespace, which the client (the real openai SDK) reads as
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 
 import pytest
 from openai.types.responses import NamespaceTool
 
-from tests.e2e.harness import MitmDump
+from tests.e2e.harness import MitmDump, addon_config
 from tests.fakeprovider import FakeProvider, call, reply, search
 from tests.support.mcp_catalog import mcp_catalog, responses_tools
 
@@ -23,20 +24,8 @@ TARGET = "mcp__github__.create_issue"
 
 @pytest.fixture(scope="module")
 def tool_discovery_config() -> Any:
-    return lambda d: f"""
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: tool-search
-    max_search_results: 3
-    always_keep: ["shell"]
-    search:
-      backend: bm25
-sessions:
-  dir: {d}/sessions
-telemetry:
-  path: {d}/t.jsonl
-"""
+    return partial(addon_config, strategy="tool-search", max_search_results=3, always_keep=["shell"],
+                   search={"backend": "bm25"}, telemetry="t.jsonl")
 
 
 def namespaces(servers: int = 4) -> list[dict[str, Any]]:

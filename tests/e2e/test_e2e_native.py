@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import json
 import uuid
+from functools import partial
 
 import pytest
 
-from tests.e2e.test_e2e_more_apis import (  # Bedrock: its AWS credential chain and boto3 client, reused
+from tests.e2e.harness import addon_config
+from tests.e2e.test_e2e_more_apis import (  # Bedrock: its AWS credential chain, reused
     _proxy_fixture,
     _running,
     anthropic_message,
     aws_chain,  # noqa: F401 (a fixture)
-    bedrock_client,
     invoke_body,
 )
 from tests.fakeprovider import SEARCH_TOOL, call, reply, search
@@ -23,21 +24,8 @@ from tests.support.catalog import anthropic_tools
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = """
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: tool-search
-    max_search_results: 3
-    defer:
-      upfront: 2
-    search:
-      backend: bm25
-sessions:
-  dir: {d}/sessions
-telemetry:
-  path: {d}/tool_discovery.jsonl
-"""
+CONFIG = partial(addon_config, strategy="tool-search", max_search_results=3, defer={"upfront": 2},
+                 search={"backend": "bm25"})
 CLAUDE = "claude-sonnet-4-5"
 GPT = "gpt-5.4"
 TARGET = "mcp__weather__get_forecast"
@@ -48,7 +36,7 @@ O_TOOLS = [{"type": "function", "name": t["name"], "description": t["description
 
 @pytest.fixture(scope="module")
 def tool_discovery_config():
-    return lambda d: CONFIG.format(d=d)
+    return CONFIG
 
 
 def fresh(text: str) -> str:
@@ -199,7 +187,7 @@ def bedrock_proxy(_bedrock_proxy, fake, aws_chain):
 @pytest.mark.parametrize("stream", [False, True])
 def test_bedrock_invoke_defers_natively_with_the_tool_search_beta(bedrock_proxy, fake, stream):
     script_search_then_call(fake)
-    client = bedrock_client(bedrock_proxy)
+    client = bedrock_proxy.bedrock()
     body = json.dumps(invoke_body([{"role": "user", "content": fresh("Can you help me plan a trip to Paris?")}],
                                   A_TOOLS))
     if stream:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
 
-from tests.e2e.harness import MitmDump
+from tests.e2e.harness import ConfigSpec, MitmDump, addon_config
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, call, reply, search
 from tests.support.catalog import anthropic_tools
 from tests.support.redis_server import REDIS_SERVER, RedisServer
@@ -27,26 +28,10 @@ READ_FILE = {"name": "read_file", "description": "Read a local file.",
 TOOLS = anthropic_tools(60) + [READ_FILE]
 
 
-def config(backend: str) -> Any:
-    def write(d: Any) -> str:
-        return f"""
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: tool-search
-    max_search_results: 3
-    always_keep: ["read_file"]
-sessions:
-  backend: {backend}
-  dir: {d}/sessions
-  redis:
-    url: ${{TOOLDISCO_TEST_REDIS_URL}}
-    timeout: 500ms
-    retry_after: 500ms
-telemetry:
-  path: {d}/tool_discovery.jsonl
-"""
-    return write
+def config(backend: str) -> ConfigSpec:
+    redis = {"url": "${TOOLDISCO_TEST_REDIS_URL}", "timeout": "500ms", "retry_after": "500ms"}
+    return partial(addon_config, strategy="tool-search", max_search_results=3, always_keep=["read_file"],
+                   sessions={"backend": backend, "redis": redis})
 
 
 @pytest.fixture(scope="module")
@@ -74,17 +59,21 @@ def searches(fake: FakeProvider) -> int:
         c.get("name") == SEARCH_TOOL for c in r.reply.get("calls") or []))
 
 
+def send(proxy: MitmDump, messages: list[dict[str, Any]], stream: bool) -> Any:
+    """One request through ``proxy`` with the real SDK, streamed or not: the message the client gets."""
+    with proxy.anthropic() as client:
+        if stream:
+            with client.messages.stream(model="claude-x", max_tokens=256, tools=TOOLS, messages=messages) as s:
+                return s.get_final_message()
+        return client.messages.create(model="claude-x", max_tokens=256, tools=TOOLS, messages=messages)
+
+
 def turn_one(proxy: MitmDump, fake: FakeProvider, stream: bool) -> tuple[list[dict[str, Any]], Any]:
     """The model searches, then calls the tool it found; the client gets the call."""
     fake.set_script([search("weather forecast", times=1), call(TARGET, {"city": "Paris"}),
                      reply("It will be sunny: ", echo_last_result=True)])
     messages = [{"role": "user", "content": f"What's the forecast for Paris? [{uuid.uuid4().hex[:8]}]"}]
-    with proxy.anthropic() as client:
-        if stream:
-            with client.messages.stream(model="claude-x", max_tokens=256, tools=TOOLS, messages=messages) as s:
-                msg = s.get_final_message()
-        else:
-            msg = client.messages.create(model="claude-x", max_tokens=256, tools=TOOLS, messages=messages)
+    msg = send(proxy, messages, stream)
     uses = [b for b in msg.content if b.type == "tool_use"]
     assert [u.name for u in uses] == [TARGET] and len(fake.api_requests("anthropic")) == 2
     messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
@@ -93,12 +82,7 @@ def turn_one(proxy: MitmDump, fake: FakeProvider, stream: bool) -> tuple[list[di
 
 
 def next_turn(proxy: MitmDump, messages: list[dict[str, Any]], stream: bool = False) -> str:
-    with proxy.anthropic() as client:
-        if stream:
-            with client.messages.stream(model="claude-x", max_tokens=256, tools=TOOLS, messages=messages) as s:
-                msg = s.get_final_message()
-        else:
-            msg = client.messages.create(model="claude-x", max_tokens=256, tools=TOOLS, messages=messages)
+    msg = send(proxy, messages, stream)
     text = "".join(b.text for b in msg.content if b.type == "text")
     messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
                  {"role": "user", "content": "Thanks. And tomorrow?"}]

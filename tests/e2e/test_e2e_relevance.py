@@ -4,34 +4,24 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 
 import pytest
 
+from tests.e2e.harness import addon_config
 from tests.fakeprovider import reply
 from tests.support.catalog import anthropic_tools, openai_tools
 from tooldisco.strategies.relevance import tokens
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = """
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: relevance
-    min_tools: 5
-    max_tools: 25
-    target_ratio: 0.8
-    always_keep: ["mcp__calendar__list_events"]
-sessions:
-  dir: {d}/sessions
-telemetry:
-  path: {d}/tool_discovery.jsonl
-"""
+CONFIG = partial(addon_config, strategy="relevance", min_tools=5, max_tools=25, target_ratio=0.8,
+                 always_keep=["mcp__calendar__list_events"])
 
 
 @pytest.fixture(scope="module")
 def tool_discovery_config():
-    return lambda d: CONFIG.format(d=d)
+    return CONFIG
 
 
 def forwarded_tools(rec) -> list[dict]:

@@ -19,8 +19,8 @@ from google.genai import types as gt
 
 from tests.e2e.harness import MitmDump
 from tests.e2e.test_e2e_more_apis import (  # noqa: F401 (fixtures)
-    CATALOG, GEMINI, MODEL_ID, READ_FILE, TARGET, _proxy_fixture, _running, aws_chain, bedrock_client,
-    converse_tools, fk, fresh, gemini_tools, genai_client, ok, plan_search_then_call, r_tool, responses_call,
+    CATALOG, GEMINI, MODEL_ID, READ_FILE, TARGET, _proxy_fixture, _running, aws_chain,
+    converse_tools, fk, fresh, gemini_tools, ok, plan_search_then_call, r_tool, responses_call,
 )
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, RecordedRequest, call, calls, reply, search
 
@@ -122,7 +122,7 @@ def test_openai_responses_store_false(proxy: MitmDump, fk: FakeProvider, stream:
 
 def test_gemini(proxy: MitmDump, fk: FakeProvider) -> None:
     """Gemini 3 checks thought signatures: the restored rounds carry each one where it came."""
-    client = genai_client(proxy)
+    client = proxy.genai()
     config = gt.GenerateContentConfig(tools=gemini_tools())
     contents = [gt.Content(role="user", parts=[gt.Part(text=fresh("What's the forecast for Paris?"))])]
     res = client.models.generate_content(model=GEMINI, contents=contents, config=config)
@@ -137,7 +137,7 @@ def test_gemini(proxy: MitmDump, fk: FakeProvider) -> None:
 
 
 def test_bedrock_converse(proxy: MitmDump, fk: FakeProvider) -> None:
-    client = bedrock_client(proxy)
+    client = proxy.bedrock()
     messages: list[dict[str, Any]] = [{"role": "user", "content": [{"text": fresh("What's the forecast for Paris?")}]}]
     res = client.converse(modelId=MODEL_ID, messages=messages, toolConfig=converse_tools())
     message = res["output"]["message"]

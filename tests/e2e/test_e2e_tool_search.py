@@ -3,32 +3,18 @@ for every search backend."""
 
 from __future__ import annotations
 
-import time
 import uuid
+from functools import partial
 
 import anthropic
-import httpx
 import pytest
 
+from tests.e2e.harness import ConfigSpec, addon_config
 from tests.fakeprovider import SEARCH_TOOL, call, calls, fail, reply, search
 from tests.support.catalog import anthropic_tools, openai_tools
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = """
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: tool-search
-    max_search_results: 3
-    always_keep: ["read_file"]
-    search:
-      backend: {backend}
-sessions:
-  dir: {d}/sessions
-telemetry:
-  path: {d}/tool_discovery.jsonl
-"""
 READ_FILE_A = {"name": "read_file", "description": "Read a local file.",
                "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
 READ_FILE_O = {"type": "function", "function": {"name": "read_file", "description": "Read a local file.",
@@ -36,9 +22,14 @@ READ_FILE_O = {"type": "function", "function": {"name": "read_file", "descriptio
 TARGET = "mcp__weather__get_forecast"
 
 
+def config(backend: str) -> ConfigSpec:
+    return partial(addon_config, strategy="tool-search", max_search_results=3, always_keep=["read_file"],
+                   search={"backend": backend})
+
+
 @pytest.fixture(scope="module", params=["regex", "bm25", "hybrid", "fuzzy"])
 def tool_discovery_config(request):
-    return lambda d: CONFIG.format(d=d, backend=request.param)
+    return config(request.param)
 
 
 def fresh(text: str) -> str:

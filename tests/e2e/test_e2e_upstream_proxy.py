@@ -4,30 +4,24 @@ proxy with its credentials, exactly as the proxied flows do."""
 from __future__ import annotations
 
 import uuid
+from functools import partial
 
 import pytest
 
+from tests.e2e.harness import addon_config
 from tests.fakeprovider import call, reply, search
 from tests.support.catalog import anthropic_tools
 
 pytestmark = pytest.mark.e2e
 
-CONFIG = """
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: tool-search
-    search: {{backend: bm25}}
-sessions: {{dir: {d}/sessions}}
-telemetry: {{path: {d}/tool_discovery.jsonl}}
-"""
+CONFIG = partial(addon_config, strategy="tool-search", search={"backend": "bm25"})
 TARGET = "mcp__weather__get_forecast"
 
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_every_round_goes_through_the_authenticated_upstream_proxy(mitm_factory, fake, stream):
     corp = mitm_factory(script=None, config=None, extra_args=["--set", "proxyauth=corp:s3cret"])
-    front = mitm_factory(config=lambda d: CONFIG.format(d=d), extra_args=[
+    front = mitm_factory(config=CONFIG, extra_args=[
         "--mode", f"upstream:{corp.url}", "--set", "upstream_auth=corp:s3cret"])
     fake.set_script([search("weather forecast", times=1), call(TARGET, {"city": "Paris"}), reply("done")])
     mark = corp.log_offset()

@@ -14,11 +14,12 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import ADDON_PATH, REPO_ROOT, MitmDump
+from tests.e2e.harness import ADDON_PATH, REPO_ROOT, MitmDump, addon_config
 from tests.fakeprovider import SEARCH_TOOL, call, reply, search
 from tests.support.catalog import anthropic_tools
 
@@ -36,11 +37,7 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 # The machine's network is closed: without the background-networking flags Chromium hangs.
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1400,1000")
-CONFIG = """
-pipes: {{tool_discovery: {{enabled: true, strategy: tool-search, max_search_results: 3}}}}
-sessions: {{dir: {d}/sessions}}
-telemetry: {{path: {d}/tool_discovery.jsonl}}
-"""
+CONFIG = partial(addon_config, strategy="tool-search", max_search_results=3)
 TARGET = "mcp__weather__get_forecast"
 WAIT = 60.0  # seconds for the page to show something (the test timeout bounds a hang anyway)
 
@@ -62,7 +59,7 @@ def screenshot(browser: webdriver.Chrome, tmp_path: Path, name: str) -> None:
 
 @pytest.fixture
 def web(tmp_path: Path, fake) -> Iterator[MitmDump]:
-    proxy = MitmDump(tmp_path / "mitmweb", fake.url, script=ADDON_PATH, config=lambda d: CONFIG.format(d=d),
+    proxy = MitmDump(tmp_path / "mitmweb", fake.url, script=ADDON_PATH, config=CONFIG,
                      name="mitmweb", web=True)
     proxy.start()
     try:

@@ -8,8 +8,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
-import botocore.config
 import botocore.exceptions
 import httpx
 import openai
@@ -50,30 +48,12 @@ def addon_script() -> None:
 
 @pytest.fixture
 def genai_client(mitm: MitmDump) -> genai.Client:
-    """google-genai with its real endpoint, through the proxy, no retries."""
-    args = {"proxy": mitm.url, "verify": mitm.ssl_context(), "trust_env": False}
-    options = gt.HttpOptions(client_args=args, retry_options=gt.HttpRetryOptions(attempts=1))
-    return genai.Client(api_key="test-gemini-key", http_options=options)
-
-
-def bedrock_client(mitm: MitmDump, secret: str = TEST_SECRET_ACCESS_KEY) -> Any:
-    """boto3 bedrock-runtime with its real endpoint, through the proxy, SigV4 with test credentials."""
-    config = botocore.config.Config(
-        proxies={"https": mitm.url}, retries={"max_attempts": 1, "mode": "standard"}, read_timeout=60
-    )
-    return boto3.client(
-        "bedrock-runtime",
-        region_name="us-east-1",
-        aws_access_key_id=TEST_ACCESS_KEY_ID,
-        aws_secret_access_key=secret,
-        config=config,
-        verify=str(mitm.ca_path),
-    )
+    return mitm.genai()
 
 
 @pytest.fixture
 def bedrock(mitm: MitmDump) -> Iterator[Any]:
-    client = bedrock_client(mitm)
+    client = mitm.bedrock()
     yield client
     client.close()
 
@@ -420,7 +400,7 @@ def test_bedrock_invoke_model(bedrock: Any, fake: FakeProvider) -> None:
 
 
 def test_bedrock_wrong_secret_is_rejected(mitm: MitmDump, fake: FakeProvider) -> None:
-    client = bedrock_client(mitm, secret="not-the-secret")
+    client = mitm.bedrock(aws_secret_access_key="not-the-secret")
     with pytest.raises(botocore.exceptions.ClientError) as exc:
         client.converse(modelId=MODEL_ID, messages=[{"role": "user", "content": [{"text": "hi"}]}])
     assert exc.value.response["Error"]["Code"] == "InvalidSignatureException"

@@ -5,8 +5,9 @@ Why: classic deferral appends found tools to ``tools[]``, which comes first in t
 each discovery re-bills the whole conversation behind it. With native deferral ``tools[]``
 never changes within a session: every client tool in the client's order, the pinned ones
 (and with ``defer.native_upfront`` the upfront set chosen on the session's first turn) as the
-client sent them, the rest with ``defer_loading`` added, the search tool last. Which requests get it: the API (``kind``) and the model, by
-``tool_discovery.native`` globs, unless the API refused it earlier in the session.
+client sent them, the rest with ``defer_loading`` added, the search tool last. Which requests
+get it: the API (``kind``) and the model, by ``tool_discovery.native`` globs, unless the API
+refused it earlier in the session.
 """
 
 from __future__ import annotations
