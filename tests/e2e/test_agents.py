@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import pytest
 
 from tests.e2e import agents
 from tests.e2e.agents import AgentBinaries, AgentRun
-from tests.e2e.harness import MitmDump
+from tests.e2e.harness import ConfigSpec, MitmDump, addon_config
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, RecordedRequest, Rule, call, reply, search
 
 pytestmark = [pytest.mark.e2e, pytest.mark.agents]
@@ -34,19 +35,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.agents]
 SECRET = "PAPAYA-42"
 PROMPT = "What is the secret word in the file secret.txt? Read the file and tell me."
 MODES = ("plain", "passthrough", "tool-search")
-CONFIG = """\
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: {strategy}
-    search:
-      backend: bm25
-    max_search_results: 5
-sessions:
-  dir: {d}/sessions
-telemetry:
-  path: {d}/tool_discovery.jsonl
-"""
+
+
+def agent_config(strategy: str) -> ConfigSpec:
+    return partial(addon_config, strategy=strategy, search={"backend": "bm25"}, max_search_results=5)
 
 
 @dataclass(frozen=True)
@@ -108,10 +100,7 @@ def proxy(
 ) -> Iterator[MitmDump]:
     """mitmdump with the client recorder first, then (unless ``plain``) the addon."""
     mode = request.param
-    config = None
-    if mode != "plain":
-        strategy = "passthrough" if mode == "passthrough" else "tool-search"
-        config = lambda d: CONFIG.format(strategy=strategy, d=d)
+    config = None if mode == "plain" else agent_config("passthrough" if mode == "passthrough" else "tool-search")
     proxy = agents.recorded_proxy(tmp_path_factory.mktemp(f"agents-{mode}"), fake_provider.url, config, name=mode)
     yield proxy.start()
     proxy.stop()

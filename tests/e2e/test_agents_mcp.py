@@ -20,34 +20,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from tests.e2e import agents
 from tests.e2e.agents import MCP_CASES, PROXY_SEARCHES, AgentBinaries, McpRun
-from tests.e2e.harness import MitmDump
+from tests.e2e.harness import MitmDump, addon_config
 from tests.e2e.mcp_server import CATALOG, tools_for
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider
 
 pytestmark = [pytest.mark.e2e, pytest.mark.agents]
 
 MODES = ("plain", "tool-search")
-CONFIG = """\
-pipes:
-  tool_discovery:
-    enabled: true
-    strategy: tool-search
-    search:
-      backend: bm25
-    max_search_results: 5
-    defer:
-      upfront: 0
-sessions:
-  dir: {d}/sessions
-telemetry:
-  path: {d}/tool_discovery.jsonl
-"""
+CONFIG = partial(addon_config, strategy="tool-search", search={"backend": "bm25"}, max_search_results=5,
+                 defer={"upfront": 0})
 
 
 #: Agents whose next request gets the proxy's hidden search round restored. Gemini CLI gives a
@@ -65,7 +53,7 @@ def proxy(
     request: pytest.FixtureRequest, fake_provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MitmDump]:
     mode = request.param
-    config = None if mode == "plain" else (lambda d: CONFIG.format(d=d))
+    config = None if mode == "plain" else CONFIG
     proxy = agents.recorded_proxy(tmp_path_factory.mktemp(f"mcp-{mode}"), fake_provider.url, config, name=mode)
     yield proxy.start()
     proxy.stop()

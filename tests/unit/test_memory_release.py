@@ -94,8 +94,9 @@ TRIM_PROBE = textwrap.dedent("""
 """)
 
 
-def left_after_churn(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", TRIM_PROBE, mode, str(ADDON)], capture_output=True, text=True,
+def left_by(probe: str, mode: str) -> int:
+    """MiB of resident memory ``probe`` leaves behind in a fresh interpreter, in ``mode`` (on / off)."""
+    out = subprocess.run([sys.executable, "-c", probe, mode, str(ADDON)], capture_output=True, text=True,
                          check=True)
     return int(out.stdout.strip())
 
@@ -104,8 +105,8 @@ def left_after_churn(mode: str) -> int:
 def test_free_heap_pages_go_back_to_the_os() -> None:
     """200 MB of 2 KB blocks freed around a few that stay: glibc keeps the pages resident
     until it is asked to trim; the trimmer asks."""
-    assert left_after_churn("off") > 64  # MiB: the probe does show the problem without the trimmer
-    assert left_after_churn("on") < 32
+    assert left_by(TRIM_PROBE, "off") > 64  # MiB: the probe does show the problem without the trimmer
+    assert left_by(TRIM_PROBE, "on") < 32
 
 
 CYCLE_PROBE = textwrap.dedent("""
@@ -135,12 +136,7 @@ CYCLE_PROBE = textwrap.dedent("""
 """)
 
 
-def left_in_cycles(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", CYCLE_PROBE, mode, str(ADDON)], capture_output=True, text=True,
-                         check=True)
-    return int(out.stdout.strip())
-
 
 def test_a_large_flow_has_the_cycles_around_its_body_collected() -> None:
-    assert left_in_cycles("off") > 100  # MiB: four 30 MB bodies in cycles stay without a full collection
-    assert left_in_cycles("on") < 32
+    assert left_by(CYCLE_PROBE, "off") > 100  # MiB: four 30 MB bodies in cycles stay without a full collection
+    assert left_by(CYCLE_PROBE, "on") < 32
