@@ -23,9 +23,11 @@ and every path:
 - **mitmdump**: a plain mitmdump in between (HTTPS interception, map-remote to the fake);
 - **tool-search**: mitmdump + the addon on the shipped ``configs/tool_discovery.yaml``: native
   deferral where the model has it (``defer_loading`` tools, searches answered with
-  ``tool_reference`` blocks / a ``tool_search_output``; ``tools[]`` never changes), classic elsewhere;
-- **tool-search-classic**: the same config with native deferral off (``tool_discovery.native``
-  empty for every API): found tools are appended to ``tools[]``;
+  ``tool_reference`` blocks / a ``tool_search_output``; ``tools[]`` never changes), call-through
+  on Chat and Gemini (found tools called through ``gateway_call_tool``; ``tools[]`` never changes);
+- **tool-search-classic**: the same config with native deferral and call-through off
+  (``tool_discovery.native`` empty for every API, ``defer.call_through: []``): found tools are
+  appended to ``tools[]``;
 - **relevance**: mitmdump + the addon on ``configs/relevance.yaml``
   (both with only ``sessions.dir`` and ``telemetry.path`` moved into a temp dir).
 
@@ -80,6 +82,7 @@ sys.path[:0] = [str(ROOT)]
 
 from tests.e2e.harness import ADDON_PATH, MitmDump  # noqa: E402
 from tests.fakeprovider import (  # noqa: E402
+    DISPATCHER,
     SEARCH_TOOL,
     Call,
     Conversation,
@@ -98,10 +101,12 @@ from tests.support.mcp_catalog import (  # noqa: E402
 )
 
 SHIPPED = ROOT / "configs" / "tool_discovery.yaml"
-NATIVE_OFF = {"native": {"anthropic": [], "responses": [], "bedrock": []}}
+# Classic deferral everywhere: native deferral and call-through off, the shipped config's defer settings kept.
+CLASSIC = {"native": {"anthropic": [], "responses": [], "bedrock": []},
+           "defer": {**yaml.safe_load(SHIPPED.read_text())["pipes"]["tool_discovery"]["defer"], "call_through": []}}
 # path -> (config, overrides of its pipes.tool_discovery)
 CONFIGS: dict[str, tuple[Path, dict[str, Any]]] = {
-    "tool-search": (SHIPPED, {}), "tool-search-classic": (SHIPPED, NATIVE_OFF),
+    "tool-search": (SHIPPED, {}), "tool-search-classic": (SHIPPED, CLASSIC),
     "relevance": (ROOT / "configs" / "relevance.yaml", {}),
 }
 PATHS = ("direct", "client-native", "client-call-through", "mitmdump", "tool-search", "tool-search-classic",
@@ -353,12 +358,13 @@ class SessionModel(Script):
         index, turn = self.turns.get(conv.last_user_text, (-1, None))
         if turn is None:
             return Rule(text="Could you say that again?")
-        if not turn.tool or any(r.name in (turn.tool, CALL_TOOL) and trace(index) in r.content for r in conv.results):
+        if not turn.tool or any(r.name in (turn.tool, *DISPATCHERS) and trace(index) in r.content for r in conv.results):
             return Rule(text=turn.answer)
         if conv.offered(turn.tool):
             return Rule(calls=[Call(turn.tool, turn.args)])
-        if conv.offered(CALL_TOOL) and any(turn.tool in r.content for r in conv.results):
-            return Rule(calls=[Call(CALL_TOOL, {"name": turn.tool, "arguments": turn.args})])
+        through = next((name for name in DISPATCHERS if conv.offered(name)), None)
+        if through and any(turn.tool in r.content for r in conv.results):
+            return Rule(calls=[Call(through, {"name": turn.tool, "arguments": turn.args})])
         search = next((name for name in SEARCHES if conv.offered(name)), None)
         searched = any(c.name == search and c.arguments == {"query": turn.query} for c in conv.calls)
         if search and not searched:
@@ -623,6 +629,7 @@ def merged_text(parts: list[gt.Part]) -> list[gt.Part]:
 # A client whose tools[] never changes without native deferral: its own search answers with the
 # found tools' definitions as text, and the model calls them through one dispatching function.
 CALL_TOOL = "call_tool"
+DISPATCHERS = (CALL_TOOL, DISPATCHER)  # the client's own, the proxy's (call-through deferral)
 CALL_TOOL_SCHEMA = {"type": "object", "required": ["name", "arguments"],
                     "properties": {"name": {"type": "string", "description": "a tool a search returned"},
                                    "arguments": {"type": "object", "description": "its arguments"}}}

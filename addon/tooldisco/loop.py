@@ -13,15 +13,21 @@ Rules it obeys:
   phantom part removed; the searches still run, so the found tools come next turn;
 - at most ``max_loops`` re-forwards, then the last answer goes out stripped;
 - ``native``: found tools are loaded by the results themselves (``ToolResult.loads``), the
-  tool list is never touched; classic: they are appended to the tool list.
+  tool list is never touched; classic: they are appended to the tool list; call-through
+  (``dispatch``): neither, the model calls them through the dispatcher, whose calls reach
+  the client as calls of the real tool, and those that stand for no tool are answered here
+  with an error, in a hidden round, like a search.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
-from .providers.base import Adapter, Tool, ToolCall, ToolResult
+from .providers.base import Adapter, CallThroughAdapter, Tool, ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from .strategies.call_through import Dispatch, Target
 
 
 @dataclass(frozen=True)
@@ -56,41 +62,63 @@ class PhantomLoop:
     forwarded: Sequence[str]  # tool names already in the forwarded list
     max_loops: int = 5
     native: bool = False  # results load found tools where they stand; tools[] stays as it is
+    dispatch: Dispatch | None = None  # call-through: found tools are called through this dispatcher
     rounds: int = 0  # re-forwards made
     visible: list[dict[str, Any]] = field(default_factory=list)
     expanded: list[str] = field(default_factory=list)  # tools loaded, discovery order
     unanswered: list[ToolResult] = field(default_factory=list)  # mixed finish: results upstream never got
+    dispatched: list[str] = field(default_factory=list)  # call-through: real tools called, as the client got them
+    refused: int = 0  # call-through: dispatcher calls that stood for no tool
     _body: str = ""
     _pending: dict[str, Any] | None = None  # the message whose searches are being resolved
+    _refused: list[ToolResult] = field(default_factory=list)  # its dispatcher calls that stand for no tool
 
     def start(self, body: str, message: dict[str, Any]) -> Search | Finish:
         """``body`` is the request as forwarded, ``message`` the first upstream answer."""
         self._body = body
         self._loaded = set(self.forwarded)
-        if not self._phantom_calls(message):
+        if not self._phantom_calls(message) and not self._targets(message):
             return Finish(message, "no_phantom")
         return self.receive(message)
 
     def receive(self, message: dict[str, Any]) -> Search | Finish:
-        self.visible.append(self.adapter.strip(message, [self.phantom]))
+        targets = self._targets(message)
+        shown = cast(CallThroughAdapter, self.adapter).unwrap(message, targets) if targets else message
+        self.visible.append(self.adapter.strip(shown, [self.phantom]))
         phantom = self._phantom_calls(message)
-        if not phantom:
+        refused = [ToolResult(c, t, True) for c in self.adapter.calls(message) if isinstance(t := targets.get(c.id), str)]
+        self.dispatched += [t.name for t in targets.values() if not isinstance(t, str)]
+        self.refused += len(refused)
+        if not phantom and not refused:
             return self._finish("done")
-        self._pending = message
+        self._pending, self._refused = message, refused
         return Search(phantom)
+
+    def hide(self, message: dict[str, Any]) -> dict[str, Any]:
+        """``message`` as the upstream's conversation goes on from it when the client answers
+        only its real calls: without the search calls and the dispatcher calls that stand for no tool."""
+        refused = {k: t for k, t in self._targets(message).items() if isinstance(t, str)}
+        if refused:
+            message = cast(CallThroughAdapter, self.adapter).unwrap(message, refused)
+        return self.adapter.strip(message, [self.phantom])
 
     def found(self, found: Sequence[Found]) -> Send | Finish:
         """The answers to the last ``Search``, in the order of its calls."""
         message, self._pending = self._pending, None
         assert message is not None, "found() without a pending Search"
         loaded = [self._load(f.tools) for f in found]
+        appended: list[str] = []
         if self.native:
             results = [replace(f.result, loads=tuple(new)) for f, new in zip(found, loaded)]
-            appended: list[str] = []
         else:
             results = [f.result for f in found]
-            appended = [t.raw for new in loaded for t in new]
-        if len(found) < len(self.adapter.calls(message)):
+            if self.dispatch is None:
+                appended = [t.raw for new in loaded for t in new]
+        calls = self.adapter.calls(message)
+        if self._refused:  # the answers in the order of the calls
+            order = {c.id: i for i, c in enumerate(calls)}
+            results = sorted(results + self._refused, key=lambda r: order.get(r.call.id, 0))
+        if len(results) < len(calls):
             self.unanswered = results
             return self._finish("mixed")
         if self.rounds >= self.max_loops:
@@ -105,6 +133,10 @@ class PhantomLoop:
 
     def _phantom_calls(self, message: dict[str, Any]) -> list[ToolCall]:
         return [c for c in self.adapter.calls(message) if c.name == self.phantom]
+
+    def _targets(self, message: dict[str, Any]) -> Mapping[str, Target | str]:
+        """The message's dispatcher calls (by id) with the real call each stands for, or its error."""
+        return self.dispatch.targets(self.adapter.calls(message)) if self.dispatch is not None else {}
 
     def _load(self, tools: Sequence[Tool]) -> list[Tool]:
         """New tools in discovery order, each once, never one already forwarded."""

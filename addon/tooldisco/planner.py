@@ -17,10 +17,10 @@ from loguru import logger
 
 from .config import Config
 from . import jsonspan, rounds
-from .providers.base import Adapter, NativeAdapter, RequestView, Tool, Unsupported
+from .providers.base import Adapter, CallThroughAdapter, NativeAdapter, RequestView, Tool, Unsupported
 from .search.base import Catalog
 from .sessions import SessionState, SessionStore, session_key
-from .strategies import deferral, native, relevance
+from .strategies import call_through, deferral, native, relevance
 from .telemetry import Record, TelemetrySink, estimate_tokens
 from .tenants import tenant_of
 
@@ -47,6 +47,7 @@ class FlowContext:
     native: bool = False  # native deferral: found tools load inline, tools[] never changes
     classic: FlowContext | None = None  # native: the same request deferred the classic way, if refused
     model: str = ""  # the request's model (native: remembered when its API refuses native fields)
+    dispatch: call_through.Dispatch | None = None  # call-through: found tools are called through it
 
     @property
     def client_body(self) -> str:
@@ -217,11 +218,17 @@ class Planner:
         model = native.model_of(adapter, view) if adapter.api in native.KINDS else ""
         # Responses names its native search call itself: a client function of that name would be mistaken for it.
         native_free = adapter.api in native.KINDS and cast(NativeAdapter, adapter).native_search(phantom) not in seen
+        # Call-through: found tools stay deferred (called through the dispatcher), so tools[] never grows.
+        through = adapter.api in td.defer.call_through and td.call_tool_name not in seen
 
-        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, dict[str, str]]:
-            plan = deferral.plan(view, td, s.upfront, s.expanded, ranker)
+        # The key a refusal of call-through is remembered by: the model, or the API (Gemini names it in the path).
+        through_key = view.model or adapter.api
+
+        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, dict[str, str], bool]:
+            through_here = through and through_key not in s.classic
+            plan = deferral.plan(view, td, s.upfront, () if through_here else s.expanded, ranker)
             if plan.skipped or not applies:
-                return plan, None, {}
+                return plan, None, {}, False
             if not s.upfront:  # chosen once per session, never re-ranked (see deferral.plan)
                 s.upfront = [t.name for t in plan.kept]
             natively = None
@@ -230,40 +237,58 @@ class Planner:
                 natively = None if natively.skipped else natively
             # The deferred catalog is kept for later turns' searches (seed §6).
             s.remember(adapter.api, {t.name: t.raw for t in plan.deferred})
-            return plan, natively, s.earlier(seen)
+            return plan, natively, s.earlier(seen), through_here
 
-        plan, natively, earlier = self._decide(session, decide)
+        plan, natively, earlier, calls_through = self._decide(session, decide)
         if plan.skipped:
             record.fallback_reason = plan.skipped
             return Prepared()
         if td.strategy == "api" and (held := self._rollout(view, plan, session.key, record)) is not None:
             return held
         record.outcome = "pending"
-        ctx = self._classic(adapter, plan, earlier, text, original, session, record, view.stream)
-        ctx.model = model
+        # Call-through refused (an API version without ``parametersJsonSchema``): this request the classic way.
+        fallback = self._classic(adapter, plan, earlier, text, original, session, record, view.stream, False)
+        ctx = self._classic(adapter, plan, earlier, text, original, session, record, view.stream, True) \
+            if calls_through else fallback
+        ctx.model = through_key if calls_through else model
+        if calls_through:
+            ctx.classic = fallback
         if natively is not None:
             ctx = self._native(cast(NativeAdapter, adapter), natively, text, ctx)
-        record.deferral = "native" if ctx.native else "classic"
+        record.deferral = "native" if ctx.native else "call-through" if calls_through else "classic"
         return Prepared(ctx.body.encode("utf-8"), ctx, self._warm_up(ctx.searchable))
 
     def _classic(self, adapter: Adapter, plan: deferral.DeferralPlan, earlier: Mapping[str, str], text: str,
-                 original: bytes, session: _Session, record: Record, stream: bool) -> FlowContext:
-        """Classic deferral: kept tools, the search tool, tools found earlier; a discovery appends."""
+                 original: bytes, session: _Session, record: Record, stream: bool, through: bool) -> FlowContext:
+        """Classic deferral: kept tools, the search tool, tools found earlier; a discovery appends.
+
+        ``through`` (call-through, ``strategies.call_through``): kept tools, the search tool and
+        the dispatcher, the same for the whole session; found tools are called through the
+        dispatcher, and the history's calls of deferred tools go upstream as the dispatcher
+        calls they were made as."""
         td = self.config.tool_discovery
         phantom = td.search_tool_name
+        dispatcher = td.call_tool_name if through else None
         catalog = self._earlier(adapter, earlier) | {t.name: t for t in plan.deferred}
         backend = "api" if td.strategy == "api" else td.search.backend
-        phantom_raw = adapter.phantom_tool(
+        added = [adapter.phantom_tool(
             # Described over deferred + found: a discovery then leaves the search tool's text,
             # and so the cached prompt prefix up to it, unchanged.
-            phantom, deferral.phantom_description(plan.deferred + plan.expanded, backend, td.max_search_results)
-        )
-        raws = [t.raw for t in plan.kept] + [phantom_raw] + [t.raw for t in plan.expanded]
-        new = adapter.with_tools(text, raws)
-        self._count(record, plan.kept + plan.expanded, plan.deferred, extra=estimate_tokens(phantom_raw))
-        forwarded = [t.name for t in plan.kept + plan.expanded] + [phantom]
-        return FlowContext(adapter, session.key, session.tenant, session.persist, new, original, phantom, catalog,
-                           forwarded, record, stream)
+            phantom,
+            deferral.phantom_description(plan.deferred + plan.expanded, backend, td.max_search_results, dispatcher),
+        )]
+        if dispatcher:
+            through_adapter = cast(CallThroughAdapter, adapter)
+            added.append(through_adapter.dispatcher_tool(dispatcher, call_through.description(phantom)))
+            text = through_adapter.wrap(text, catalog.keys(), dispatcher)
+        new = adapter.with_tools(text, [t.raw for t in plan.kept] + added + [t.raw for t in plan.expanded])
+        self._count(record, plan.kept + plan.expanded, plan.deferred, extra=sum(map(estimate_tokens, added)))
+        loaded = [t.name for t in plan.kept + plan.expanded]
+        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original, phantom, catalog,
+                          loaded + [phantom] + ([dispatcher] if dispatcher else []), record, stream)
+        if dispatcher:
+            ctx.dispatch = call_through.Dispatch(dispatcher, phantom, ctx.searchable, loaded)
+        return ctx
 
     def _native(self, adapter: NativeAdapter, plan: deferral.DeferralPlan, text: str,
                 classic: FlowContext) -> FlowContext:

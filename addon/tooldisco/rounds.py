@@ -68,13 +68,14 @@ def _spans(body: str, path: Sequence[str]) -> list[tuple[int, int]] | None:
 
 
 def of_turn(adapter: Adapter, first: str, sent: str, last: dict[str, Any], shown: dict[str, Any],
-            phantom: str) -> Rounds | None:
+            hide: Callable[[dict[str, Any]], dict[str, Any]]) -> Rounds | None:
     """What a settled turn really sent: ``first`` the request as first forwarded, ``sent`` the
     last re-forward, ``last`` the last round's message, ``shown`` the client's (merged) one.
 
     The entries the loop appended to the history, then the last round's model turn the way the
-    loop would have sent it on, minus the search calls it was never answered for (a mixed or
-    a max-loops finish), as the client saw them. None when the history lives on the server, or
+    loop would have sent it on, minus the calls it was never answered for (``hide``: a mixed
+    or a max-loops finish's search calls, ``PhantomLoop.hide``), under the digest of what the
+    client saw. None when the history lives on the server, or
     when there was no re-forward."""
     path = adapter.history_path(first)
     if path is None:
@@ -83,7 +84,7 @@ def of_turn(adapter: Adapter, first: str, sent: str, last: dict[str, Any], shown
     start = 1 if before is None else len(before)  # a string input becomes one message
     if len(_spans(sent, path) or ()) <= start:
         return None  # nothing was re-forwarded: the client saw the one real round
-    final = adapter.continue_after(sent, adapter.strip(last, [phantom]), [], [])
+    final = adapter.continue_after(sent, hide(last), [], [])
     spans = _spans(final, path) or []
     entries = [final[a:b] for a, b in spans[start:]]
     while entries and not adapter.produced(json.loads(entries[-1])):

@@ -18,14 +18,14 @@ import json
 import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, cast
 
 from loguru import logger
 
 from . import jsonspan, rounds
 from .loop import Finish, PhantomLoop, Search, Send
 from .planner import FlowContext
-from .providers.base import StreamDecoder
+from .providers.base import CallThroughAdapter, StreamDecoder
 from .search.service import SearchService
 from .sessions import SessionState, SessionStore
 from .strategies import native
@@ -102,7 +102,7 @@ class LoopRunner:
         self.searches = searches
         self.store = store
         self.telemetry = telemetry
-        self.loop = PhantomLoop(ctx.adapter, ctx.phantom, ctx.forwarded, max_loops, ctx.native)
+        self.loop = PhantomLoop(ctx.adapter, ctx.phantom, ctx.forwarded, max_loops, ctx.native, ctx.dispatch)
         self._started = False
         self._last: dict[str, Any] = {}  # the last round's message, as the upstream sent it
         self._sent: str | None = None  # the last re-forward's body
@@ -148,17 +148,19 @@ class LoopRunner:
             yield chunk
 
     async def _classic_fallback(self, first: Answer, open_: Open) -> Answer:
-        """Native deferral refused (a 400 naming its fields: a model or region without it): the
-        same request deferred the classic way, and the model remembered for the session, so its
-        later turns go classic at once. Any other answer goes on as it came."""
+        """Native deferral or call-through refused (a 400 naming its fields: a model, region or API
+        version without them): the same request deferred the classic way, and the model (the API
+        when the body names none) remembered for the session, so its later turns go classic at
+        once. Any other answer goes on as it came."""
         ctx = self.ctx
         if ctx.classic is None or first.status != 400:
             return first
         body = await first.read(1 << 20)
         if not native.refused(first.status, body):
             return Answer.whole(first.status, body, first.headers)
-        logger.warning("upstream refused native deferral for {}; deferring the classic way", ctx.model or "the model")
-        ctx.record.fallback_reason = "native_refused_400_classic_sent"
+        logger.warning("upstream refused {} deferral for {}; deferring the classic way", ctx.record.deferral,
+                       ctx.model or "the model")
+        ctx.record.fallback_reason = f"{ctx.record.deferral}_refused_400_classic_sent"
         ctx.record.deferral = "classic"
         if ctx.persist and ctx.model:
             await asyncio.to_thread(self.store.update, ctx.session, partial(_go_classic, ctx.model))
@@ -187,6 +189,7 @@ class LoopRunner:
         ctx, loop = self.ctx, self.loop
         record = ctx.record
         record.loops = loop.rounds
+        record.dispatched, record.refused_calls = list(loop.dispatched), loop.refused
         record.outcome = record.outcome or finish.reason
         if not ctx.persist:
             return
@@ -211,7 +214,7 @@ class LoopRunner:
         """The real rounds of a turn that re-forwarded, unless they are too large to keep."""
         ctx = self.ctx
         try:
-            kept = rounds.of_turn(ctx.adapter, ctx.body, sent, last, shown, ctx.phantom)
+            kept = rounds.of_turn(ctx.adapter, ctx.body, sent, last, shown, self.loop.hide)
         except Exception as e:  # the turn is answered either way; its next request passes as sent
             logger.opt(exception=e).warning("could not record the hidden rounds of a turn")
             return
@@ -331,7 +334,8 @@ class LoopRunner:
                     yield chunk
                 return
             yield Head(200, answer.headers)
-            stitcher = ctx.adapter.stitcher(ctx.phantom, ctx.client_body)
+            stitcher = (ctx.adapter.stitcher(ctx.phantom, ctx.client_body) if ctx.dispatch is None else
+                        cast(CallThroughAdapter, ctx.adapter).stitcher(ctx.phantom, ctx.client_body, ctx.dispatch))
             seen = ctx.adapter.decoder()  # the client's stream as its SDK assembles it: what it will send back
             shown_id: str | None = None  # the id the client's stream carries (round one's)
             while True:

@@ -59,7 +59,9 @@ class Record:
     outcome: str | None = None
     rollout: str | None = None  # api: dark / shadow / partial / full, and whether this session was in
     shadow: dict[str, Any] | None = None  # api dark/shadow: what the selector chose, overlap with relevance
-    deferral: str | None = None  # tool-search / api: "native" (defer_loading, loaded inline) or "classic"
+    deferral: str | None = None  # tool-search / api: "native" (loaded inline), "call-through" or "classic"
+    dispatched: list[str] = field(default_factory=list)  # call-through: tools called through the dispatcher
+    refused_calls: int = 0  # call-through: dispatcher calls naming no tool, answered with an error
 
 
 class TelemetrySink:

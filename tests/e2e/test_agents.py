@@ -28,7 +28,7 @@ import pytest
 from tests.e2e import agents
 from tests.e2e.agents import AgentBinaries, AgentRun
 from tests.e2e.harness import ConfigSpec, MitmDump, addon_config
-from tests.fakeprovider import SEARCH_TOOL, FakeProvider, RecordedRequest, Rule, call, reply, search
+from tests.fakeprovider import DISPATCHER, SEARCH_TOOL, FakeProvider, RecordedRequest, Rule, call, reply, search
 
 pytestmark = [pytest.mark.e2e, pytest.mark.agents]
 
@@ -132,10 +132,12 @@ def test_agent_reads_secret_through_proxy(
     print(run.report())  # shown with -rP; failures show it in the assertion message
     assert not run.timed_out and run.returncode == 0, run.report()
     assert SECRET in run.stdout, run.report()
-    called = [c["name"] for r in upstream if r.reply for c in r.reply["calls"]]
+    called = [c["arguments"]["name"] if c["name"] == DISPATCHER else c["name"]
+              for r in upstream if r.reply for c in r.reply["calls"]]
     assert case.reader in called, run.report()
-    for c in sent:  # the agent never sees the phantom tool, neither offered nor in its history
-        assert SEARCH_TOOL not in json.dumps(c["json"]), f"client request to {c['url']} mentions {SEARCH_TOOL}"
+    for c in sent:  # the agent never sees the proxy's tools, neither offered nor in its history
+        for own in (SEARCH_TOOL, DISPATCHER):
+            assert own not in json.dumps(c["json"]), f"client request to {c['url']} mentions {own}"
 
     if proxy.name == "tool-search" and not case.defers_itself:
         _check_tool_search(case, upstream, sent, run)
@@ -152,10 +154,37 @@ def _check_tool_search(
     assert case.reader not in (upstream[first].tool_names or []), run.report()
     reply_calls = (upstream[first].reply or {}).get("calls") or [{}]
     assert reply_calls[0].get("name") == SEARCH_TOOL, run.report()
+    if DISPATCHER in (upstream[first].tool_names or []):
+        _check_call_through(case, upstream[first:], sent, run)
+        return
     later = [r for r in upstream[first + 1 :] if case.reader in (r.tool_names or [])]
     assert later, f"{case.reader} was never re-injected\n{run.report()}"
     original = next(d for c in sent if (d := _tool_definition(case, c["json"])) is not None)
     assert _tool_definition(case, later[0].json) == original, "re-injected definition differs from the client's"
+
+
+def _check_call_through(
+    case: AgentCase, upstream: list[RecordedRequest], sent: list[dict[str, Any]], run: AgentRun
+) -> None:
+    """Call-through (Gemini): tools[] never changed, the search result carried the reader's own
+    definition, the model called it through the dispatcher, and the agent ran the real call."""
+    assert all(r.json.get("tools") == upstream[0].json.get("tools") for r in upstream), run.report()
+    through = [c["arguments"] for r in upstream if r.reply for c in r.reply["calls"] if c["name"] == DISPATCHER]
+    assert through and through[0]["name"] == case.reader, run.report()
+    original = next(d for c in sent if (d := _tool_definition(case, c["json"])) is not None)
+    results = _search_results(upstream[1].json)
+    shown = next(t for r in results for t in r.get("tools", []) if t["name"] == case.reader)
+    assert shown["description"] == original["description"], run.report()
+    assert shown["parameters"] == original.get("parametersJsonSchema", original.get("parameters")), run.report()
+    ran = [p["functionCall"] for c in sent for content in c["json"]["contents"] for p in content["parts"]
+           if "functionCall" in p]
+    assert [f["name"] for f in ran] == [case.reader], run.report()
+
+
+def _search_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The search results a Gemini request carries (functionResponse parts of the search tool)."""
+    return [json.loads(p["functionResponse"]["response"]["output"]) for content in body["contents"]
+            for p in content["parts"] if p.get("functionResponse", {}).get("name") == SEARCH_TOOL]
 
 
 def _tool_definition(case: AgentCase, body: dict[str, Any]) -> Any:

@@ -29,7 +29,7 @@ from tests.e2e import agents
 from tests.e2e.agents import MCP_CASES, PROXY_SEARCHES, AgentBinaries, McpRun
 from tests.e2e.harness import MitmDump, addon_config
 from tests.e2e.mcp_server import CATALOG, tools_for
-from tests.fakeprovider import SEARCH_TOOL, FakeProvider
+from tests.fakeprovider import DISPATCHER, SEARCH_TOOL, FakeProvider
 
 pytestmark = [pytest.mark.e2e, pytest.mark.agents]
 
@@ -70,12 +70,13 @@ def test_agent_calls_an_mcp_tool(
     print(out.report())  # shown with -rP: per request, tools[] bytes and prompt tokens / cached
     assert not out.run.timed_out and out.run.returncode == 0, out.report()
     assert case.marker in out.run.stdout, out.report()
-    called = [c["name"] for r in out.upstream if r.reply for c in r.reply["calls"]]
+    called = [name for r in out.upstream for name in r.called()]
     assert case.target in called, out.report()
     for r in out.upstream:  # never the proxy's search beside the client's own
         assert len(agents.search_tools(r.json)) <= 1, out.report()
-    for c in out.sent:  # the client never sees the proxy's search, offered or in its history
-        assert SEARCH_TOOL not in json.dumps(c["json"]), f"client request to {c['url']} mentions {SEARCH_TOOL}"
+    for c in out.sent:  # the client never sees the proxy's tools, offered or in its history
+        for own in (SEARCH_TOOL, DISPATCHER):
+            assert own not in json.dumps(c["json"]), f"client request to {c['url']} mentions {own}"
         if case.own_search is None:  # nor a native one (a Responses tool_search and its items)
             assert not agents.search_tools(c["json"]) and '"tool_search_' not in json.dumps(c["json"]), c["url"]
 
@@ -97,14 +98,16 @@ def _check_defers(out: McpRun) -> None:
     """The client sent the tool in full; upstream got it deferred behind the proxy's search (classic,
     or native: ``defer_loading`` behind a tool the fake offers as ``tool_search``), the model
     searched, then the tool was loaded (in ``tools[]``, by reference, or by a tool search output)
-    and called."""
+    and called, or (call-through) called through the dispatcher after the search showed it."""
     target = out.case.target
     assert any(target in _offered(out.case.api, c["json"]) for c in out.sent), "the client never sent the tool"
     first = next(r for r in out.upstream if set(PROXY_SEARCHES) & set(r.tool_names or []))
     assert target not in (first.tool_names or []), out.report()
     assert set(PROXY_SEARCHES) & {c["name"] for c in (first.reply or {}).get("calls", [])}, out.report()
-    calling = next(r for r in out.upstream if r.reply and target in [c["name"] for c in r.reply["calls"]])
-    assert calling.nth > first.nth and target in (calling.tool_names or []), out.report()
+    calling = next(r for r in out.upstream if target in r.called())
+    assert calling.nth > first.nth and calling.can_call(target), out.report()
+    if DISPATCHER in (first.tool_names or []):  # call-through: tools[] never changed
+        assert all(r.json.get("tools") == first.json.get("tools") for r in out.upstream if r.nth >= first.nth)
     if out.case.agent in RESTORED:  # the next request continues the conversation the upstream really had
         after = out.upstream[-1]
         history = json.dumps(after.json.get("messages") or after.json.get("input"))

@@ -76,10 +76,12 @@ HOSTS = ("api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.c
 
 def config(d: Path) -> str:
     """Hybrid search, so the embedding cache is written too; the first search embeds the catalog:
-    slow on a loaded machine, and not under test (a long search timeout)."""
+    slow on a loaded machine, and not under test (a long search timeout). Classic deferral on
+    every API: found tools then live in the session (appended to ``tools[]`` on later turns),
+    which is what the tenant test checks is never shared."""
     search = {"backend": "hybrid", "cache_dir": str(d / "search-cache"), "timeout": "60s"}
     return addon_config(d, strategy="tool-search", max_search_results=3, search=search, hosts=HOSTS,
-                        telemetry=TELEMETRY)
+                        telemetry=TELEMETRY, defer={"call_through": []})
 
 
 # Errors a client raises when the proxy passes an upstream failure on (the failure scenarios).

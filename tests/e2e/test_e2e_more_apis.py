@@ -32,7 +32,7 @@ from google import genai
 from google.genai import types as gt
 
 from tests.e2e.harness import ADDON_PATH, ConfigSpec, MitmDump, addon_config
-from tests.fakeprovider import SEARCH_TOOL, FakeProvider, RecordedRequest, call, calls, fail, reply, search
+from tests.fakeprovider import DISPATCHER, SEARCH_TOOL, FakeProvider, RecordedRequest, call, calls, fail, reply, search
 from tests.fakeprovider.providers.bedrock import TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY
 from tests.support.catalog import anthropic_tools
 
@@ -782,12 +782,15 @@ def test_gemini_search_then_call_with_signatures(toolsearch: MitmDump, fk: FakeP
     assert fcs[0].thought_signature  # the model's signature reached the client
     assert SEARCH_TOOL not in json.dumps([p.model_dump(mode="json", exclude_none=True) for p in parts])
     first, second = recs = ok(fk.api_requests("gemini"))
-    assert reply_calls(first) == [SEARCH_TOOL] and reply_calls(second) == [TARGET]
+    # Call-through (Gemini's default): the model calls the found tool through the dispatcher.
+    assert reply_calls(first) == [SEARCH_TOOL] and reply_calls(second) == [DISPATCHER] and second.called() == [TARGET]
     client_decls = {d["name"]: d for d in g_decls(sent[0])}
-    assert [d["name"] for d in g_decls(first.json)] == ["read_file", SEARCH_TOOL]
+    assert [d["name"] for d in g_decls(first.json)] == ["read_file", SEARCH_TOOL, DISPATCHER]
     assert [e for e in first.json["tools"] if "functionDeclarations" not in e] == [{"googleSearch": {}}]
-    found = {d["name"]: d for d in g_decls(second.json)[2:]}
-    assert TARGET in found and found[TARGET] == client_decls[TARGET]  # re-injected as the client sent it
+    assert second.json["tools"] == first.json["tools"]  # never changes
+    shown = found_definition(second.json, TARGET)  # the search result carried the client's own definition
+    assert shown["description"] == client_decls[TARGET]["description"]
+    assert shown["parameters"] == next(v for k, v in client_decls[TARGET].items() if k.startswith("parameters"))
     # The phantom step went back signed (gemini-3 validates it: the fake answered 200).
     model_turn, answer = second.json["contents"][-2:]
     assert model_turn["role"] == "model" and model_turn["parts"][-1]["functionCall"]["name"] == SEARCH_TOOL
@@ -796,7 +799,7 @@ def test_gemini_search_then_call_with_signatures(toolsearch: MitmDump, fk: FakeP
     assert usage.prompt_token_count == usage_sum(recs, "input_tokens")
     assert usage.candidates_token_count == usage_sum(recs, "output_tokens")
     assert usage.total_token_count == usage.prompt_token_count + usage.candidates_token_count
-    # Next turn: the signed forecast call goes back with its result; the tool is there, no search.
+    # Next turn: the signed forecast call goes back with its result; no search (its definition is in the history).
     contents += [
         gt.Content(role="model", parts=parts),
         gt.Content(
@@ -807,7 +810,14 @@ def test_gemini_search_then_call_with_signatures(toolsearch: MitmDump, fk: FakeP
     parts2, _ = gemini_call(client, stream, contents, config)
     assert "".join(p.text or "" for p in parts2) == 'Forecast:\nlast tool result: {"output":"sunny"}'
     third = ok(fk.api_requests("gemini"))[2]
-    assert reply_calls(third) == [] and TARGET in [d["name"] for d in g_decls(third.json)]
+    assert reply_calls(third) == [] and third.json["tools"] == first.json["tools"]
+
+
+def found_definition(body: dict[str, Any], name: str) -> dict[str, Any]:
+    """What a Gemini request's search result (call-through) shows of the tool ``name``."""
+    results = [json.loads(p["functionResponse"]["response"]["output"]) for c in body["contents"] for p in c["parts"]
+               if p.get("functionResponse", {}).get("name") == SEARCH_TOOL]
+    return next(t for r in results for t in r.get("tools", []) if t["name"] == name)
 
 
 def gemini_raw_chunks(r: httpx.Response, method: str) -> list[dict[str, Any]]:
@@ -855,7 +865,7 @@ def test_gemini_raw_bytes(toolsearch: MitmDump, fk: FakeProvider, method: str) -
     )
     assert text == 'Forecast:\nlast tool result: {"t":1}'
     third = ok(fk.api_requests("gemini"))[2]
-    assert reply_calls(third) == [] and TARGET in [d["name"] for d in g_decls(third.json)]
+    assert reply_calls(third) == [] and third.json["tools"] == recs[0].json["tools"]  # call-through: never changes
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -877,8 +887,8 @@ def test_gemini_mixed_turn(toolsearch: MitmDump, fk: FakeProvider, stream: bool)
     ]
     parts2, _ = gemini_call(client, stream, contents, config)  # gemini-3: the kept call's signature is checked
     assert "last tool result" in "".join(p.text or "" for p in parts2)
-    nxt = ok(fk.api_requests())[1]
-    assert any(d["name"].startswith("mcp__slack__") for d in g_decls(nxt.json))
+    first, nxt = ok(fk.api_requests())
+    assert nxt.json["tools"] == first.json["tools"]  # call-through: never changes (the model searches again)
 
 
 # =================================================================================================

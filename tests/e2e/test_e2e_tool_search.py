@@ -10,7 +10,7 @@ import anthropic
 import pytest
 
 from tests.e2e.harness import ConfigSpec, addon_config
-from tests.fakeprovider import SEARCH_TOOL, call, calls, fail, reply, search
+from tests.fakeprovider import DISPATCHER, SEARCH_TOOL, call, calls, fail, reply, search
 from tests.support.catalog import anthropic_tools, openai_tools
 
 pytestmark = pytest.mark.e2e
@@ -196,8 +196,9 @@ def test_openai_search_then_call(mitm, fake, openai_client, stream):
         assert res.choices[0].finish_reason == "tool_calls"
     assert names == [TARGET]
     first, second = fake.api_requests("openai-chat") or fake.api_requests()
-    assert names_o(first) == ["read_file", SEARCH_TOOL] and TARGET in names_o(second)
-    assert second.json["messages"][-1]["role"] == "tool"
+    # Call-through (Chat's default): tools[] stays as it was; the model calls the found tool through the dispatcher.
+    assert names_o(first) == names_o(second) == ["read_file", SEARCH_TOOL, DISPATCHER] and second.can_call(TARGET)
+    assert second.called() == [TARGET] and second.json["messages"][-1]["role"] == "tool"
 
 
 def test_openai_raw_stream_has_no_phantom(mitm, fake):

@@ -9,12 +9,13 @@ a scripted model, and a record of every request.
         assert fake.api_requests()[0].json["tools"]
 """
 
-from .model import ApiError, Conversation, Reply, ToolCall, ToolResult, Usage
+from .model import DISPATCHER, ApiError, Conversation, Reply, ToolCall, ToolResult, Usage
 from .script import SEARCH_TOOL, Call, Fail, Rule, Script, call, calls, fail, reply, search
 from .server import FakeProvider, RecordedRequest
 
 __all__ = [
     "ApiError",
+    "DISPATCHER",
     "Call",
     "Conversation",
     "Fail",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import secrets
 import threading
 from collections.abc import Iterable
@@ -60,6 +61,9 @@ class ToolResult:
     is_error: bool = False
 
 
+DISPATCHER = "gateway_call_tool"  # the proxy's call-through dispatcher: {"name", "arguments"}
+
+
 @dataclass
 class Conversation:
     """What the scripted model can see of a request, independent of the wire API."""
@@ -79,7 +83,25 @@ class Conversation:
         return name in self.tools
 
     def has_result_for(self, name: str) -> bool:
-        return any(r.name == name for r in self.results)
+        return any(r.name == name for r in self.results) or name in self.dispatched_results()
+
+    def through(self, name: str) -> bool:
+        """Whether the model can call ``name`` through the proxy's dispatcher, as a model does that
+        read its definition in a search result: the dispatcher is offered and a result names it."""
+        named = re.compile(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])")
+        return self.offered(DISPATCHER) and any(named.search(r.content) for r in self.results)
+
+    def dispatched_results(self) -> list[str]:
+        """The tools the dispatcher's results answer for: each result's call by id, or (Gemini
+        calls without ids) the dispatcher's calls in order."""
+        dispatched = [c for c in self.calls if c.name == DISPATCHER]
+        by_id = {c.id: c for c in dispatched if c.id}
+        out: list[str] = []
+        for nth, r in enumerate(r for r in self.results if r.name == DISPATCHER or r.call_id in by_id):
+            call = by_id.get(r.call_id) or (dispatched[nth] if nth < len(dispatched) else None)
+            if call is not None and isinstance(call.arguments, dict) and isinstance(call.arguments.get("name"), str):
+                out.append(call.arguments["name"])
+        return out
 
     def last_result(self) -> ToolResult | None:
         return self.results[-1] if self.results else None

@@ -2,8 +2,9 @@
 
 A rule has conditions (all must hold) and one action (a reply with optional text and
 tool calls, or a failure). By default a rule that calls tools only matches when each
-of those tools is offered in the request and has no result in the conversation yet,
-so a plain list reads like a plan::
+of those tools is offered in the request (or, like a model that read its definition in a
+search result, can be called through the proxy's ``gateway_call_tool``: the call is made
+through it) and has no result in the conversation yet, so a plain list reads like a plan::
 
     Script([
         search("weather"),                          # call gateway_search_tools once
@@ -44,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .model import Conversation, Reply, ToolCall, Usage, estimate_tokens
+from .model import DISPATCHER, Conversation, Reply, ToolCall, Usage, estimate_tokens
 
 SEARCH_TOOL = "gateway_search_tools"
 
@@ -93,14 +94,14 @@ class Rule:
     def matches(self, conv: Conversation, nth: int, fired: int) -> bool:
         """Whether every condition holds for this request."""
         called = [c.name for c in self.calls]
-        must_offer = self.offered + (called if self.require_offered else [])
         no_result = called if self.no_result_for is None else self.no_result_for
         return (
             (self.times is None or fired < self.times)
             and (self.nth is None or self.nth == nth)
             and (self.api is None or self.api == conv.api)
             and (self.contains is None or self.contains in conv.raw_text)
-            and all(conv.offered(n) for n in must_offer)
+            and all(conv.offered(n) for n in self.offered)
+            and (not self.require_offered or all(conv.offered(n) or conv.through(n) for n in called))
             and not any(conv.offered(n) for n in self.not_offered)
             and not any(conv.has_result_for(n) for n in no_result)
             and all(conv.has_result_for(n) for n in self.has_result_for)
@@ -114,7 +115,10 @@ class Rule:
             text = f"{text}\nlast tool result: {last.content}" if text else f"last tool result: {last.content}"
         if self.echo and (found := re.search(self.echo, conv.raw_text)):
             text = f"{text} {found.group()}" if text else found.group()
-        calls = [ToolCall(id=new_id(id_prefix), name=c.name, arguments=c.args) for c in self.calls]
+        calls = [ToolCall(id=new_id(id_prefix), name=c.name, arguments=c.args) if conv.offered(c.name)
+                 or not conv.through(c.name) else
+                 ToolCall(id=new_id(id_prefix), name=DISPATCHER, arguments={"name": c.name, "arguments": c.args})
+                 for c in self.calls]
         usage = self.usage or Usage(
             input_tokens=estimate_tokens(conv.raw_text),
             output_tokens=estimate_tokens(text + "".join(json.dumps(c.args) for c in self.calls)),

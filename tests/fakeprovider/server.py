@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .cache import Bill, PromptCache, cache_key, tenant
-from .model import ApiError, Conversation, JsonResponse, Response, StreamResponse, new_id
+from .model import DISPATCHER, ApiError, Conversation, JsonResponse, Response, StreamResponse, new_id
 from .providers import PROVIDERS, Incoming, Provider
 from .script import Rule, Script
 
@@ -86,6 +86,17 @@ class RecordedRequest:
     @property
     def text(self) -> str:
         return self.content.decode("utf-8", "replace")
+
+    def can_call(self, name: str) -> bool:
+        """Whether the model could call ``name`` in this request: offered in ``tools[]``, or
+        through the proxy's dispatcher (call-through deferral) once a search result named it."""
+        offered = self.tool_names or []
+        return name in offered or (DISPATCHER in offered and name in self.text)
+
+    def called(self) -> list[str]:
+        """The tools the model called in its answer, a dispatcher call as the tool it names."""
+        calls = (self.reply or {}).get("calls") or []
+        return [c["arguments"]["name"] if c["name"] == DISPATCHER else c["name"] for c in calls]
 
     def to_json(self) -> dict[str, Any]:
         return {

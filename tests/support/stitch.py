@@ -58,13 +58,13 @@ def chunker_id(chunker: Chunker) -> str:
 
 
 def drive(adapter: Any, rounds: list[bytes], chunker: Chunker = whole, failure: Failure | None = None,
-          body: str = "{}") -> tuple[bytes, list[RoundEnd]]:
+          body: str = "{}", dispatch: Any = None) -> tuple[bytes, list[RoundEnd]]:
     """The client bytes of ``rounds`` (each the upstream's answer to one forward) fed as the runner
     feeds them, and how each round ended. After each round but the last the runner re-forwards
     (``next_round``); with ``failure`` the last round is re-forwarded too and the re-forward fails.
     An upstream error ends the stream (then only ``finish``: what is still owed), a truncated
-    round too (``fail``)."""
-    stitcher = adapter.stitcher(P, body)
+    round too (``fail``). ``dispatch``: call-through, the stitcher's ``Dispatch``."""
+    stitcher = adapter.stitcher(P, body) if dispatch is None else adapter.stitcher(P, body, dispatch)
     out = bytearray()
     ends: list[RoundEnd] = []
     for k, data in enumerate(rounds, 1):

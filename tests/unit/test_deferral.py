@@ -66,12 +66,12 @@ def forwarded(engine, messages, session="s1", tools=None):
 
 
 def test_tools_stay_byte_identical_across_topics_and_sub_agents(engine):
-    """Classic deferral (Chat Completions): no search, no change, whatever the turns talk about."""
+    """Deferral on Chat Completions (call-through): no search, no change, whatever the turns talk about."""
     messages = [{"role": "user", "content": "create a github issue for the login bug"}]
     first = forwarded(engine, messages)
     assert forwarded(engine, messages) == first
     sub = forwarded(engine, [{"role": "user", "content": "check the weather"}], tools=openai_tools(60)[5:])
-    assert [t["function"]["name"] for t in sub][-1] == "gateway_search_tools"
+    assert [t["function"]["name"] for t in sub][-2:] == ["gateway_search_tools", "gateway_call_tool"]
     for text in ("post a message to the slack channel", "run a sql query on the database", "what's the forecast?"):
         messages += [{"role": "assistant", "content": "Done."}, {"role": "user", "content": text}]
         assert forwarded(engine, messages) == first

@@ -133,7 +133,7 @@ def run_turn(api: Api, history: list[Any], answers: list[dict[str, Any]]) -> Tur
     if isinstance(action, Search):  # a mixed finish: the searches run, nothing is re-forwarded
         action = loop.found([Found(ToolResult(c, "found"), ()) for c in action.calls])
     shown = a.shown(action.message)
-    kept = rounds.of_turn(a, body, sent, answers[-1], action.message, P)
+    kept = rounds.of_turn(a, body, sent, answers[-1], action.message, loop.hide)
     assert kept is not None
     sent_history = json.loads(sent)[api.path]
     appended = len(sent_history) - len(history)
@@ -249,7 +249,7 @@ def test_a_turn_without_a_search_keeps_nothing(api):
     body = json.dumps(api.body([api.user("hi")]))
     answer = api.answer("hello", [], "r1")
     # A first round that searched and called at once (mixed) is what the client saw: nothing to keep.
-    assert rounds.of_turn(a, body, body, a.strip(answer, [P]), answer, P) is None
+    assert rounds.of_turn(a, body, body, a.strip(answer, [P]), answer, lambda m: a.strip(m, [P])) is None
 
 
 def test_responses_stored_chain_is_left_to_the_server():
@@ -291,7 +291,7 @@ def test_responses_string_input_turn():
     send = loop.found([Found(ToolResult(c, "found"), ()) for c in search.calls])
     last = api.answer("calling", [("c1", "get_forecast")], "r2")
     finish = loop.receive(last)
-    kept = rounds.of_turn(a, body, send.body, last, finish.message, P)
+    kept = rounds.of_turn(a, body, send.body, last, finish.message, loop.hide)
     assert [json.loads(e).get("type") for e in kept.entries] == [
         "reasoning", "message", "function_call", "function_call_output", "reasoning", "message", "function_call"]
 

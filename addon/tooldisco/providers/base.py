@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol, Sequence
 
 from ..stitch.base import Stitcher
+
+if TYPE_CHECKING:
+    from ..strategies.call_through import Dispatch, Target
 
 
 class Unsupported(Exception):
@@ -233,4 +236,29 @@ class NativeAdapter(Adapter, Protocol):
 
     def native_search_tool(self, name: str, description: str) -> str:
         """The search tool of native deferral, as definition text."""
+        ...
+
+
+class CallThroughAdapter(Adapter, Protocol):
+    """An API whose deferral may call found tools through one fixed dispatcher tool
+    (``strategies.call_through``), so that ``tools[]`` never changes."""
+
+    def dispatcher_tool(self, name: str, description: str) -> str:
+        """The dispatcher (``{name, arguments}``) in this API's shape, as definition text."""
+        ...
+
+    def unwrap(self, message: dict[str, Any], targets: Mapping[str, Target | str]) -> dict[str, Any]:
+        """``message`` with each dispatcher call named in ``targets`` (by ``ToolCall.id``) turned
+        into the real call it stands for, or removed when it stands for none (an error the proxy
+        answers in a hidden round)."""
+        ...
+
+    def wrap(self, body: str, names: Collection[str], dispatcher: str) -> str:
+        """The history with each call of a tool in ``names`` (deferred, not in ``tools[]``) as
+        the dispatcher call it was made as (and results that name their call, renamed
+        alike): the same bytes for the same history, every other byte kept."""
+        ...
+
+    def stitcher(self, phantom: str, body: str, dispatch: Dispatch | None = None) -> Stitcher:
+        """``Adapter.stitcher``; with ``dispatch``, dispatcher calls reach the client as real calls."""
         ...

@@ -218,6 +218,21 @@ def append_array(body: str, path: Sequence[str], raws: Sequence[str]) -> str:
     return jsonspan.append_to_array(body, span, raws)
 
 
+def edit_elements(body: str, path: Sequence[str], edit: Callable[[str], str | None]) -> str:
+    """``body`` with each element of the array at ``path`` that ``edit`` changes (its new text;
+    None keeps it) replaced; every other byte kept."""
+    span = jsonspan.find(body, path)
+    if span is None or body[span[0]] != "[":
+        return body
+    pieces, at = [], 0
+    for a, b in jsonspan.elements(body, span):
+        new = edit(body[a:b])
+        if new is not None:
+            pieces += [body[at:a], new]
+            at = b
+    return "".join(pieces) + body[at:] if pieces else body
+
+
 def sum_usage(usages: Iterable[Any]) -> Any:
     """Add integer counts key by key (nested too); other values: the last one wins."""
     total: Any = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
@@ -23,6 +23,7 @@ from .common import (
     AdapterDefaults,
     append_array,
     check_unique,
+    edit_elements,
     load_object,
     named,
     params_of,
@@ -33,6 +34,9 @@ from .common import (
     tool_spans,
     user_text,
 )
+
+if TYPE_CHECKING:
+    from ..strategies.call_through import Dispatch, Target
 
 _DECLARATIONS = ("functionDeclarations", "function_declarations")
 # Google's documented thoughtSignature for a function call whose own signature is unavailable.
@@ -68,19 +72,23 @@ def _parts(message: dict[str, Any]) -> list[Any]:
 
 
 def _calls_in(parts: Iterable[Any]) -> list[tuple[ToolCall, dict[str, Any]]]:
-    """Each functionCall among ``parts`` with its call object. The API gives calls an ``id``
-    only sometimes; without one, ``name#n`` (n: its rank among the calls) stands in."""
+    """Each functionCall among ``parts`` with its call object."""
     out: list[tuple[ToolCall, dict[str, Any]]] = []
     for part in parts:
         call = _field(part, "functionCall", "function_call")
-        if not isinstance(call, dict):
-            continue
-        name = str(call.get("name"))
-        given = call.get("id")
-        call_id = given if isinstance(given, str) and given else f"{name}#{len(out)}"
-        args = call.get("args")
-        out.append((ToolCall(call_id, name, args if args is not None else {}), call))
+        if isinstance(call, dict):
+            out.append((call_of(call, len(out)), call))
     return out
+
+
+def call_of(call: dict[str, Any], rank: int) -> ToolCall:
+    """A functionCall object, the ``rank``-th call of its turn. The API gives calls an ``id``
+    only sometimes; without one, ``name#rank`` stands in."""
+    name = str(call.get("name"))
+    given = call.get("id")
+    args = call.get("args")
+    return ToolCall(given if isinstance(given, str) and given else f"{name}#{rank}", name,
+                    args if args is not None else {})
 
 
 def _call_parts(message: dict[str, Any]) -> list[tuple[ToolCall, dict[str, Any]]]:
@@ -123,6 +131,60 @@ def parse_tool(raw: str) -> Tool:
     desc = d.get("description")
     schema = d.get("parameters") or _field(d, "parametersJsonSchema", "parameters_json_schema")
     return Tool(d["name"], raw, desc if isinstance(desc, str) else "", params_of(schema))
+
+
+def _edit_calls(message: dict[str, Any],
+                edit: Callable[[ToolCall, dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
+    """Each candidate's functionCall parts edited (``edit``: the call object as it stays, or
+    None: the part removed). ``finishReason`` is STOP for calls too, so it stays.
+
+    Gemini 3 signs only the first functionCall of a step and rejects a replayed step whose
+    first call is unsigned; a signature must come back in the very part it came in. So when a
+    removed call held it, the next kept call gets Google's documented stand-in.
+    """
+    out = dict(message)
+    candidates = []
+    for candidate in as_list(message.get("candidates")):
+        content = candidate.get("content") if isinstance(candidate, dict) else None
+        if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
+            candidates.append(candidate)
+            continue
+        kept: list[Any] = []
+        unsigned = False  # a removed call held the step's signature
+        rank = 0
+        for part in content["parts"]:
+            raw = _field(part, "functionCall", "function_call")
+            if isinstance(raw, dict):
+                new, rank = edit(call_of(raw, rank), raw), rank + 1
+                if new is None:
+                    unsigned = unsigned or "thoughtSignature" in part
+                    continue
+                if new is not raw:
+                    part = {**part, "functionCall" if "functionCall" in part else "function_call": new}
+                if unsigned:
+                    if "thoughtSignature" not in part:
+                        part = {**part, "thoughtSignature": STAND_IN_SIGNATURE}
+                    unsigned = False
+            kept.append(part)
+        candidates.append({**candidate, "content": {**content, "parts": kept}})
+    out["candidates"] = candidates
+    return out
+
+
+def _dispatched(part: Any, names: Collection[str], dispatcher: str) -> Any:
+    """A history part calling (or answering) a deferred tool as the dispatcher's; else ``part``."""
+    if not isinstance(part, dict):
+        return part
+    for key in ("functionCall", "function_call"):
+        call = part.get(key)
+        if isinstance(call, dict) and call.get("name") in names:
+            inner = {"name": call["name"], "arguments": call.get("args") if call.get("args") is not None else {}}
+            return {**part, key: {**call, "name": dispatcher, "args": inner}}
+    for key in ("functionResponse", "function_response"):
+        response = part.get(key)
+        if isinstance(response, dict) and response.get("name") in names:
+            return {**part, key: {**response, "name": dispatcher}}
+    return part
 
 
 @dataclass(frozen=True)
@@ -233,35 +295,33 @@ class GeminiAdapter(AdapterDefaults):
         return append_array(body, ["tools"], ['{"functionDeclarations":' + jsonspan.array_text(raws) + "}"])
 
     def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-        """Phantom functionCall parts leave; ``finishReason`` is STOP for calls too, so it stays.
-
-        Gemini 3 signs only the first functionCall of a step and rejects a replayed step whose
-        first call is unsigned; a signature must come back in the very part it came in. So when
-        the phantom call held it, the next kept call gets Google's documented stand-in.
-        """
+        """Phantom functionCall parts leave; ``finishReason`` is STOP for calls too, so it stays."""
         hidden = set(names)
-        out = dict(message)
-        candidates = []
-        for candidate in as_list(message.get("candidates")):
-            content = candidate.get("content") if isinstance(candidate, dict) else None
-            if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
-                candidates.append(candidate)
-                continue
-            kept: list[Any] = []
-            unsigned = False  # a removed phantom call held the step's signature
-            for part in content["parts"]:
-                call = _field(part, "functionCall", "function_call")
-                if isinstance(call, dict) and named(call.get("name"), hidden):
-                    unsigned = unsigned or "thoughtSignature" in part
-                    continue
-                if isinstance(call, dict) and unsigned:
-                    if "thoughtSignature" not in part:
-                        part = {**part, "thoughtSignature": STAND_IN_SIGNATURE}
-                    unsigned = False
-                kept.append(part)
-            candidates.append({**candidate, "content": {**content, "parts": kept}})
-        out["candidates"] = candidates
-        return out
+        return _edit_calls(message, lambda call, raw: None if named(call.name, hidden) else raw)
+
+    def unwrap(self, message: dict[str, Any], targets: Mapping[str, Target | str]) -> dict[str, Any]:
+        def real(call: ToolCall, raw: dict[str, Any]) -> dict[str, Any] | None:
+            target = targets.get(call.id)
+            if target is None:
+                return raw
+            return None if isinstance(target, str) else {**raw, "name": target.name, "args": target.arguments}
+
+        return _edit_calls(message, real)
+
+    def wrap(self, body: str, names: Collection[str], dispatcher: str) -> str:
+        def wrapped(text: str) -> str | None:
+            if '"function' not in text:
+                return None
+            content = json.loads(text)
+            parts = content.get("parts") if isinstance(content, dict) else None
+            if not isinstance(parts, list):
+                return None
+            new = [_dispatched(p, names, dispatcher) for p in parts]
+            if all(n is p for n, p in zip(new, parts)):
+                return None
+            return jsonspan.dumps({**content, "parts": new})
+
+        return edit_elements(body, ["contents"], wrapped)
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Parts of the first candidate in order, usage summed (details per modality);
@@ -295,8 +355,23 @@ class GeminiAdapter(AdapterDefaults):
 
     def comparable(self, entries: list[Any]) -> list[Any]:
         """Bytes fields (``thoughtSignature``, inline data) in one base64 alphabet: google-genai
-        decodes them and sends them back URL-safe; the API reads either."""
-        return [_same_bytes(e) for e in entries]
+        decodes them and sends them back URL-safe; the API reads either. A run of model contents
+        as one, its text parts folded as a stream is assembled (``streams.gemini.fold_parts``): a
+        streamed answer comes in one part (or one content) per chunk, which a client may keep as
+        they came or join."""
+        from ..streams.gemini import fold_parts
+
+        out: list[Any] = []
+        for entry in map(_same_bytes, entries):
+            parts = entry.get("parts") if isinstance(entry, dict) else None
+            last = out[-1] if out else None
+            if (isinstance(parts, list) and isinstance(last, dict) and entry.get("role") == last.get("role")
+                    and set(entry) == set(last) == {"role", "parts"}):
+                out[-1] = {**last, "parts": last["parts"] + parts}
+            else:
+                out.append({**entry, "parts": list(parts)} if isinstance(parts, list) else entry)
+        return [{**e, "parts": fold_parts(e["parts"])} if isinstance(e, dict) and isinstance(e.get("parts"), list)
+                else e for e in out]
 
     def decoder(self) -> StreamDecoder:
         from ..streams.gemini import GeminiStreamDecoder
@@ -308,7 +383,13 @@ class GeminiAdapter(AdapterDefaults):
 
         return encode(message, sse=self.sse)
 
-    def stitcher(self, phantom: str, body: str) -> Stitcher:
+    def dispatcher_tool(self, name: str, description: str) -> str:
+        # JSON Schema: the OpenAPI subset of ``parameters`` has no free-form object for ``arguments``.
+        from ..strategies.call_through import schema
+
+        return jsonspan.dumps({"name": name, "description": description, "parametersJsonSchema": schema()})
+
+    def stitcher(self, phantom: str, body: str, dispatch: Dispatch | None = None) -> Stitcher:
         from ..stitch.gemini import GeminiStitcher
 
-        return GeminiStitcher(phantom, sse=self.sse)
+        return GeminiStitcher(phantom, sse=self.sse, dispatch=dispatch)

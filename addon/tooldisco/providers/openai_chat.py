@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
@@ -15,6 +15,7 @@ from .common import (
     AdapterDefaults,
     append_array,
     check_unique,
+    edit_elements,
     load_object,
     named,
     params_of,
@@ -25,6 +26,9 @@ from .common import (
     sum_usage,
     user_text,
 )
+
+if TYPE_CHECKING:
+    from ..strategies.call_through import Dispatch, Target
 
 
 def _texts(content: Any) -> list[Any]:
@@ -87,6 +91,52 @@ def _first_message(completion: dict[str, Any]) -> dict[str, Any]:
 def _calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:
     """A message's tool calls that are objects."""
     return [tc for tc in as_list(message.get("tool_calls")) if isinstance(tc, dict)]
+
+
+def _edit_calls(message: dict[str, Any], edit: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
+    """A completion with each choice's tool calls edited (``edit``: the call as it stays, or
+    None: removed); a choice left without calls stops as "stop", not "tool_calls"."""
+    out = dict(message)
+    choices = []
+    for choice in as_list(message.get("choices")):
+        if not isinstance(choice, dict):
+            choices.append(choice)
+            continue
+        choice = dict(choice)
+        msg = dict(as_dict(choice.get("message")))
+        kept = [e for tc in _calls_of(msg) if (e := edit(tc)) is not None]
+        if msg.get("tool_calls") is not None:
+            if kept:
+                msg["tool_calls"] = kept
+            else:
+                msg.pop("tool_calls")
+                if choice.get("finish_reason") == "tool_calls":
+                    choice["finish_reason"] = "stop"
+        choice["message"] = msg
+        choices.append(choice)
+    out["choices"] = choices
+    return out
+
+
+def _called(tc: Any) -> Any:
+    """The tool a history call names (None when it is not a function call)."""
+    return as_dict(as_dict(tc).get("function")).get("name")
+
+
+def _dispatched(tc: dict[str, Any], dispatcher: str) -> dict[str, Any]:
+    """A history call of a deferred tool as the dispatcher call it was made as: its arguments
+    text placed as it is when it is an object's text (else as a string), so the same history
+    always gives the same bytes."""
+    fn = as_dict(tc.get("function"))
+    args = fn.get("arguments")
+    if isinstance(args, str) and args.strip():
+        text = args.strip() if isinstance(parse_arguments(args), dict) else jsonspan.dumps(args)
+    elif args is not None and not isinstance(args, str):  # the object itself (compatible servers take it)
+        text = jsonspan.dumps(args)
+    else:
+        text = "{}"
+    inner = '{"name":' + jsonspan.dumps(fn.get("name")) + ',"arguments":' + text + "}"
+    return {**tc, "function": {**fn, "name": dispatcher, "arguments": inner}}
 
 
 class OpenAIChatAdapter(AdapterDefaults):
@@ -166,26 +216,33 @@ class OpenAIChatAdapter(AdapterDefaults):
 
     def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
         hidden = set(names)
-        out = dict(message)
-        choices = []
-        for choice in as_list(message.get("choices")):
-            if not isinstance(choice, dict):
-                choices.append(choice)
-                continue
-            choice = dict(choice)
-            msg = dict(as_dict(choice.get("message")))
-            kept = [tc for tc in _calls_of(msg) if not named(as_dict(tc.get("function")).get("name"), hidden)]
-            if msg.get("tool_calls") is not None:
-                if kept:
-                    msg["tool_calls"] = kept
-                else:
-                    msg.pop("tool_calls")
-                    if choice.get("finish_reason") == "tool_calls":
-                        choice["finish_reason"] = "stop"
-            choice["message"] = msg
-            choices.append(choice)
-        out["choices"] = choices
-        return out
+        return _edit_calls(message, lambda tc: None if named(as_dict(tc.get("function")).get("name"), hidden) else tc)
+
+    def unwrap(self, message: dict[str, Any], targets: Mapping[str, Target | str]) -> dict[str, Any]:
+        def real(tc: dict[str, Any]) -> dict[str, Any] | None:
+            target = targets.get(str(tc.get("id")))
+            if target is None:
+                return tc
+            if isinstance(target, str):
+                return None
+            return {**tc, "function": {**as_dict(tc.get("function")), "name": target.name, "arguments": target.text}}
+
+        return _edit_calls(message, real)
+
+    def wrap(self, body: str, names: Collection[str], dispatcher: str) -> str:
+        def wrapped(text: str) -> str | None:
+            if '"tool_calls"' not in text:
+                return None
+            message = json.loads(text)
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                return None
+            calls = message.get("tool_calls")
+            if not isinstance(calls, list) or not any(_called(tc) in names for tc in calls):
+                return None
+            message["tool_calls"] = [_dispatched(tc, dispatcher) if _called(tc) in names else tc for tc in calls]
+            return jsonspan.dumps(message)
+
+        return edit_elements(body, ["messages"], wrapped)
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out = dict(rounds[-1])
@@ -232,7 +289,13 @@ class OpenAIChatAdapter(AdapterDefaults):
 
         return encode(message, include_usage=message.get("usage") is not None)
 
-    def stitcher(self, phantom: str, body: str) -> Stitcher:
+    def dispatcher_tool(self, name: str, description: str) -> str:
+        from ..strategies.call_through import schema
+
+        return jsonspan.dumps({"type": "function",
+                               "function": {"name": name, "description": description, "parameters": schema()}})
+
+    def stitcher(self, phantom: str, body: str, dispatch: Dispatch | None = None) -> Stitcher:
         from ..stitch.openai_chat import ChatStitcher
 
-        return ChatStitcher(phantom)
+        return ChatStitcher(phantom, dispatch)

@@ -35,10 +35,11 @@ async def run_query_async(
     always_keep: Sequence[str] = (),
     *,
     budget_s: float,
+    through: str | None = None,
 ) -> SearchOutcome:
     """``run_query`` on the search pool; past ``budget_s`` seconds, an error outcome."""
     loop = asyncio.get_running_loop()
-    search = functools.partial(run_query, arguments, catalog, searcher, limit, always_keep)
+    search = functools.partial(run_query, arguments, catalog, searcher, limit, always_keep, through)
     try:
         async with asyncio.timeout(budget_s):
             # Cancelling this future on timeout cancels the pool's job if it has not started.

@@ -19,6 +19,9 @@ Query syntax (the ``query`` argument, a string):
   nothing answers with the nearest tool names instead of an empty list.
 
 Results are compact JSON: the text stays in the conversation and is re-sent every turn.
+With call-through deferral (``through``: the dispatcher's name) nothing is loaded into the
+tool list: the results carry each found tool's whole definition
+(``strategies.call_through.definition``) and say to call them through the dispatcher.
 
 A search or select that loads something also loads the ``always_keep`` tools present
 in the catalog (entries may be globs, e.g. ``mcp__github__*``); they come on top of the
@@ -36,6 +39,7 @@ from loguru import logger
 
 from ..providers.base import Tool
 from .base import QueryError, Searcher, check_query
+from ..strategies.call_through import definition
 from .brief import brief
 from .names import MAX_NAMED, name_index
 
@@ -68,8 +72,10 @@ def run_query(
     searcher: Searcher,
     limit: int,
     always_keep: Sequence[str] = (),
+    through: str | None = None,
 ) -> SearchOutcome:
-    """Answer one call of the phantom search tool over the deferred ``catalog``."""
+    """Answer one call of the phantom search tool over the deferred ``catalog`` (``through``:
+    the call-through dispatcher, when found tools are called through it)."""
     if not isinstance(arguments, dict):
         return _invalid("The arguments must be a JSON object like {\"query\": \"...\"}.", None)
     query = arguments.get("query")
@@ -88,7 +94,7 @@ def run_query(
     if stripped == LIST_ALL:
         return _listing(query, by_name)
     if stripped.lower().startswith(SELECT_PREFIX):
-        return _select(query, stripped[len(SELECT_PREFIX) :], catalog, by_name, always_keep)
+        return _select(query, stripped[len(SELECT_PREFIX) :], catalog, by_name, always_keep, through)
 
     try:
         ranking = searcher.rank(stripped, catalog, limit)
@@ -105,7 +111,7 @@ def run_query(
         return SearchOutcome([], text, False, query, "search", ranking.backend, ranking.fallback)
     matched = _with_always_keep(hits, by_name, always_keep)
     more = ranking.names[len(hits) :]
-    text = _loaded_text(matched, by_name, more=more, group=ranking.group)
+    text = _loaded_text(matched, by_name, more=more, group=ranking.group, through=through)
     return SearchOutcome(matched, text, False, query, "search", ranking.backend, ranking.fallback)
 
 
@@ -119,7 +125,8 @@ def _nothing_found(query: str, catalog: Sequence[Tool]) -> str:
 
 
 def _select(
-    query: str, spec: str, catalog: Sequence[Tool], by_name: dict[str, Tool], always_keep: Sequence[str]
+    query: str, spec: str, catalog: Sequence[Tool], by_name: dict[str, Tool], always_keep: Sequence[str],
+    through: str | None,
 ) -> SearchOutcome:
     wanted = list(dict.fromkeys(name.strip() for name in spec.split(",") if name.strip()))
     resolved = {name: _resolve(name, catalog, by_name) for name in wanted}
@@ -131,7 +138,7 @@ def _select(
             [], _json({"error": f"{message} {HINT}"}), True, query, "select", unknown=unknown
         )
     matched = _with_always_keep(found, by_name, always_keep)
-    text = _loaded_text(matched, by_name, unknown, note=_unknown_note(unknown, catalog))
+    text = _loaded_text(matched, by_name, unknown, note=_unknown_note(unknown, catalog), through=through)
     return SearchOutcome(matched, text, False, query, "select", unknown=unknown)
 
 
@@ -193,15 +200,22 @@ def _loaded_text(
     more: Sequence[str] = (),
     group: str | None = None,
     note: str = "",
+    through: str | None = None,
 ) -> str:
-    message = (
-        f"These {len(matched)} tools are now available: call them directly by name "
-        "with the parameters their definitions give."
-        if len(matched) > 1
-        else "This tool is now available: call it directly by name with the parameters "
-        "its definition gives."
-    )
-    result: dict[str, Any] = {"tools": [brief(by_name[name]) for name in matched]}
+    if through:
+        message = (f"Call {'these tools' if len(matched) > 1 else 'this tool'} through {through}: "
+                   '{"name": "<its name>", "arguments": {<its parameters>}}.')
+        shown = [definition(by_name[name]) for name in matched]
+    else:
+        message = (
+            f"These {len(matched)} tools are now available: call them directly by name "
+            "with the parameters their definitions give."
+            if len(matched) > 1
+            else "This tool is now available: call it directly by name with the parameters "
+            "its definition gives."
+        )
+        shown = [brief(by_name[name]) for name in matched]
+    result: dict[str, Any] = {"tools": shown}
     if more:
         result["more"] = list(more)
         whose = f"of {group!r}" if group else "named in the query"

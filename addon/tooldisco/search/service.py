@@ -48,20 +48,26 @@ class SearchService:
         searcher: Searcher = self.searcher
         query = plain_query(call.arguments)
         try:
-            if td.strategy == "api":
+            local = td.strategy != "api"
+            if not local:
                 searcher = FixedRanking([])  # select:, listing and bad arguments never need ranking
                 if query is not None:
                     sel = await self.selector.select(query, td.max_search_results, td.always_keep, catalog)
                     record.api_status, record.api_ms, record.selected = sel.status, sel.ms, sel.raw
-                    if sel.fallback:
+                    if sel.fallback and ctx.dispatch is None:
                         return self._restore_all(ctx, call, record, sel.fallback, t0)
-                    searcher = FixedRanking(sel.names)
-            if td.strategy != "api":
+                    # Call-through loads nothing: the local search answers in the selector's stead.
+                    local = bool(sel.fallback)
+                    searcher = self.searcher if local else FixedRanking(sel.names)
+                    if local:
+                        ctx.record.fallback_reason = f"selector_{sel.fallback}_local_search"
+            if local:
                 # A catalog's first search may have to build its index (hybrid: load the model,
                 # embed every tool): that is not the query's cost, so it runs before the budget.
                 await self.warm(catalog)
             outcome = await run_query_async(call.arguments, catalog, searcher, td.max_search_results,
-                                            td.always_keep, budget_s=td.search.timeout)
+                                            td.always_keep, budget_s=td.search.timeout,
+                                            through=ctx.dispatch.name if ctx.dispatch is not None else None)
         except Exception as e:  # the model reads an error and goes on; the flow never breaks
             logger.opt(exception=e).warning("search failed")
             record.error = f"search failed: {type(e).__name__}"

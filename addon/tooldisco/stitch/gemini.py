@@ -9,6 +9,9 @@ the client sees (see ``base`` for the contract):
   nothing to show is dropped. When a phantom part carried the step's ``thoughtSignature``, the
   next visible call gets Google's documented stand-in, as ``GeminiAdapter.strip`` does (Gemini 3
   rejects a replayed step whose first call is unsigned). Other signatures pass unchanged.
+- Call-through (``dispatch``): a dispatcher's ``functionCall`` part goes out as a call of the
+  real tool it stands for (its id and signature kept), or is hidden like the phantom's when it
+  stands for none (the loop answers it).
 - The chunk with ``finishReason``, and any after it, is held: ``next_round`` sends its parts
   without ``finishReason`` and usage, ``finish`` sends it whole. ``finishReason`` is ``STOP``
   for calls too, so it never needs fixing.
@@ -28,13 +31,16 @@ holds one, else the canonical status for the HTTP status.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..providers.gemini import STAND_IN_SIGNATURE, GeminiAdapter
+from ..providers.gemini import STAND_IN_SIGNATURE, GeminiAdapter, call_of
 from ..streams.common import Event, IncompleteStream, StreamError, as_list, dumps
 from ..streams.gemini import SSE_NEWLINE, GeminiStreamDecoder
 from ..streams.sse import encode_event
 from .base import Failure, RoundEnd, Stitcher, error_kind
+
+if TYPE_CHECKING:
+    from ..strategies.call_through import Dispatch
 
 # error_kind -> google.rpc.Code name (the ``status`` of Google's HTTP error mapping).
 _STATUSES = {
@@ -104,11 +110,13 @@ def _error_object(failure: Failure) -> dict[str, Any]:
 class GeminiStitcher(Stitcher):
     """Gemini chunks in the client's framing (``sse``: ``alt=sse``, else the JSON array)."""
 
-    def __init__(self, phantom: str, sse: bool = True) -> None:
+    def __init__(self, phantom: str, sse: bool = True, dispatch: Dispatch | None = None) -> None:
         super().__init__(phantom)
         self.sse = sse
+        self.dispatch = dispatch
         self._decoder = GeminiStreamDecoder()
-        self._unsigned: set[int] = set()  # candidates whose hidden phantom call held the step's signature
+        self._unsigned: set[int] = set()  # candidates whose hidden call held the step's signature
+        self._ranks: dict[int, int] = {}  # candidate -> its calls so far this round (``call_of``'s rank)
         self._held: list[tuple[Event, dict[str, Any] | None]] = []  # the finishing chunk and any after it, as shown
         self._tail = bytearray()  # array form: the bytes after the round's last element (its "]")
         self._round_usage: Any = None  # the round's final usageMetadata
@@ -147,7 +155,7 @@ class GeminiStitcher(Stitcher):
         if isinstance(self._round_usage, dict):
             self._earlier = _plus(self._earlier, self._round_usage)
         self._decoder = GeminiStreamDecoder()
-        self._unsigned, self._held, self._round_usage = set(), [], None
+        self._unsigned, self._held, self._round_usage, self._ranks = set(), [], None, {}
         self._tail.clear()
 
     def finish(self) -> bytes:
@@ -220,10 +228,14 @@ class GeminiStitcher(Stitcher):
         kept: list[Any] = []
         for part in parts:
             call = part.get("functionCall") if isinstance(part, dict) else None
-            if isinstance(call, dict) and call.get("name") == self.phantom:
-                if "thoughtSignature" in part:
-                    self._unsigned.add(key)
-                continue
+            if isinstance(call, dict):
+                rank = self._ranks[key] = self._ranks.get(key, -1) + 1
+                if call.get("name") == self.phantom or (real := self._real(call, rank)) is None:
+                    if "thoughtSignature" in part:
+                        self._unsigned.add(key)
+                    continue
+                if real is not call:
+                    part = {**part, "functionCall": real}
             if isinstance(call, dict) and key in self._unsigned:
                 self._unsigned.discard(key)
                 if "thoughtSignature" not in part:
@@ -232,6 +244,14 @@ class GeminiStitcher(Stitcher):
         if len(kept) == len(parts) and all(k is p for k, p in zip(kept, parts)):
             return candidate
         return {**candidate, "content": {**content, "parts": kept}}
+
+    def _real(self, call: dict[str, Any], rank: int) -> dict[str, Any] | None:
+        """A call as the client gets it: a dispatcher call as the real call it stands for
+        (None: it stands for none), any other as it is."""
+        if self.dispatch is None or call.get("name") != self.dispatch.name:
+            return call
+        target = self.dispatch.target(call_of(call, rank))
+        return None if isinstance(target, str) else {**call, "name": target.name, "args": target.arguments}
 
     def _frame(self, event: Event, data: Any) -> bytes:
         """``data`` in the client's framing: the upstream's bytes when it is the event's own

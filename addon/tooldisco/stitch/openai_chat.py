@@ -22,6 +22,10 @@ What the client sees (see ``base`` for the contract):
   plus the finished rounds' sum, so the last usage chunk carries the total (the SDK takes
   the last chunk's ``usage``). Fields ``merge`` takes from the last round only
   (``reasoning_content``, ``logprobs``) went out live and so accumulate over rounds.
+- Call-through (``dispatch``): a dispatcher call is held while its arguments stream, and when
+  it is whole (the next call of its choice begins, or the choice finishes) it goes out as one
+  fragment calling the real tool, in a chunk of its own, at the client index it would have
+  had; one that stands for no tool is hidden like the phantom's (the loop answers it).
 - Azure content-filter side chunks (``object: ""``), non-JSON data and ``obfuscation``
   padding pass as they are.
 
@@ -35,24 +39,41 @@ event goes out at once as it came, followed by our ``[DONE]``, and ends the clie
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from ..providers.common import sum_usage
+from ..providers.base import ToolCall
+from ..providers.common import parse_arguments, sum_usage
 from ..streams.common import Event, IncompleteStream, StreamError, as_dict, as_list, dumps
 from ..streams.openai_chat import DONE, ChatCompletionStreamDecoder
 from ..streams.sse import encode_event
 from .base import Failure, OPENAI_ERROR_TYPES, RoundEnd, Stitcher, error_kind
 
+if TYPE_CHECKING:
+    from ..strategies.call_through import Dispatch
+
 _CHUNK = "chat.completion.chunk"
 _SEPARATOR = "\n\n"  # between rounds' texts, as OpenAIChatAdapter.merge joins them
-# error_kind -> the OpenAI error type (and code) when the upstream gave no error object.
+_HELD = -1  # a call's client index while it is a dispatcher call still arriving
+_ENVELOPE_SKIP = frozenset({"choices", "usage", "obfuscation"})  # not repeated in a chunk of our own
+
+
+@dataclass
+class _Dispatching:
+    """A dispatcher call being received: its upstream index, id and argument fragments."""
+
+    index: int
+    id: Any
+    arguments: list[str] = field(default_factory=list)
 
 
 class ChatStitcher(Stitcher):
     """One client Chat Completions stream out of the rounds of one phantom loop."""
 
-    def __init__(self, phantom: str) -> None:
+    def __init__(self, phantom: str, dispatch: Dispatch | None = None) -> None:
         super().__init__(phantom)
+        self.dispatch = dispatch
+        self._envelope: dict[str, Any] = {}  # the last chunk's fields but its choices: for chunks of our own
         self._id: Any = None  # round 1's completion id and created, once its first chunk came
         self._created: Any = None
         self._next_call: dict[int, int] = {}  # choice -> the client's next tool-call index
@@ -67,6 +88,8 @@ class ChatStitcher(Stitcher):
         self._shown: set[int] = set()  # choices with a visible call this round
         self._round_texted: set[int] = set()  # choices with content this round
         self._held: list[tuple[Event, Any]] = []  # closing events, as the client would get them
+        self._dispatching: dict[int, _Dispatching] = {}  # choice -> its dispatcher call still arriving
+        self._whole: list[tuple[int, dict[str, Any]]] = []  # (choice, real call fragment) to send next
 
     # -- the contract --------------------------------------------------------------------
     def feed(self, data: bytes) -> bytes:
@@ -82,6 +105,9 @@ class ChatStitcher(Stitcher):
         for event in self._decoder.feed(b"\n\n") + self._decoder.feed(b""):
             if isinstance(event.data, dict) or event.type in ("done", "error"):
                 self._route(event)
+        for choice in list(self._dispatching):  # a round that ended without finishing its choice
+            self._dispatched(choice)
+        self._send_whole()
         return RoundEnd(self._message(), self._decoder.done, self._decoder.error)
 
     def next_round(self) -> None:
@@ -137,9 +163,11 @@ class ChatStitcher(Stitcher):
             chunk.update({key: value for key, value in (("id", self._id), ("created", self._created)) if key in data})
         if isinstance(data.get("usage"), dict) and self._prior_usage is not None:
             chunk["usage"] = sum_usage([self._prior_usage, data["usage"]])
+        self._envelope = {k: v for k, v in chunk.items() if k not in _ENVELOPE_SKIP}
         choices = data.get("choices")
         if isinstance(choices, list) and choices:
             chunk["choices"] = [c for c in map(self._client_choice, choices) if c is not None]
+            self._send_whole()  # before this chunk: its calls come after the ones that are whole now
             if not chunk["choices"] and chunk.get("usage") is None:
                 return None
         return chunk
@@ -164,6 +192,8 @@ class ChatStitcher(Stitcher):
                 del delta["tool_calls"]
                 if not delta and choice.get("finish_reason") is None:
                     return None
+        if choice.get("finish_reason") is not None:
+            self._dispatched(index)  # the choice is done: its last call is whole
         content = delta.get("content")
         if isinstance(content, str) and content:
             if index in self._texted and index not in self._round_texted:
@@ -178,19 +208,57 @@ class ChatStitcher(Stitcher):
         if not isinstance(call, dict) or not isinstance(call.get("index"), int):
             return call
         key = (choice, call["index"])
+        function = as_dict(call.get("function"))
         if key not in self._calls:  # the call's first fragment: it carries the name
-            function = call.get("function")
-            if isinstance(function, dict) and function.get("name") == self.phantom:
+            self._dispatched(choice)  # a call before it is whole
+            if function.get("name") == self.phantom:
                 self._calls[key] = None
                 self._hidden.add(choice)
+            elif self.dispatch is not None and function.get("name") == self.dispatch.name:
+                self._calls[key] = _HELD
+                self._dispatching[choice] = _Dispatching(call["index"], call.get("id"))
             else:
-                self._calls[key] = self._next_call.get(choice, 0)
-                self._next_call[choice] = self._calls[key] + 1
-                self._shown.add(choice)
+                self._calls[key] = self._next_index(choice)
         index = self._calls[key]
+        if index == _HELD:
+            held = self._dispatching.get(choice)
+            # A fragment of a call that went out already (a server's late empty one) is dropped.
+            if held is not None and held.index == call["index"] and isinstance(function.get("arguments"), str):
+                held.arguments.append(function["arguments"])
+            return None
         if index is None:
             return None
         return call if index == call["index"] else {**call, "index": index}
+
+    def _next_index(self, choice: int) -> int:
+        """The client index of a visible call of ``choice``: consecutive over the client stream."""
+        index = self._next_call.get(choice, 0)
+        self._next_call[choice] = index + 1
+        self._shown.add(choice)
+        return index
+
+    def _dispatched(self, choice: int) -> None:
+        """The choice's dispatcher call is whole: the real call it stands for goes out next
+        (``_send_whole``), or it is hidden when it stands for none."""
+        held = self._dispatching.pop(choice, None)
+        if held is None or self.dispatch is None:
+            return
+        call = ToolCall(str(held.id), self.dispatch.name, parse_arguments("".join(held.arguments)))
+        target = self.dispatch.target(call)
+        if isinstance(target, str):
+            self._hidden.add(choice)
+            return
+        fragment = {"index": self._next_index(choice), "id": held.id, "type": "function",
+                    "function": {"name": target.name, "arguments": target.text}}
+        self._whole.append((choice, fragment))
+
+    def _send_whole(self) -> None:
+        """The real calls of whole dispatcher calls, each in a chunk of its own."""
+        for choice, fragment in self._whole:
+            chunk = {**self._envelope, "choices": [{"index": choice, "delta": {"tool_calls": [fragment]},
+                                                    "finish_reason": None}]}
+            self._out += encode_event(dumps(chunk))
+        self._whole = []
 
     def _release_held(self) -> None:
         """The round goes on: held closing chunks are dropped but for a visible delta they carried."""

@@ -47,11 +47,14 @@ def groups(tools: Sequence[Tool], most: int = 12) -> str:
     return ", ".join(parts)
 
 
-def phantom_description(deferred: Sequence[Tool], backend: str, limit: int) -> str:
+def phantom_description(deferred: Sequence[Tool], backend: str, limit: int, dispatcher: str | None = None) -> str:
+    """The search tool's description; ``dispatcher``: call-through, found tools are called through it."""
+    found = (f"The best matches (up to {limit}) are returned with their definitions: call one through "
+             f"{dispatcher} with its name and arguments. " if dispatcher else
+             f"The best matches (up to {limit}) are loaded for you and can be called directly right after. ")
     return (
         f"Search {len(deferred)} more tools that are available on demand: {groups(deferred)}. "
-        f"Call this whenever you need a capability none of your loaded tools has. The best matches "
-        f"(up to {limit}) are loaded for you and can be called directly right after. "
+        f"Call this whenever you need a capability none of your loaded tools has. {found}"
         f"query: {_QUERY_HELP.get(backend, _QUERY_HELP['bm25'])}. "
         "'select:name1,name2' loads tools by exact name; '*' lists every deferred tool name."
     )

@@ -23,8 +23,10 @@ from .relevance import must_keep
 
 # Adapter.api -> the key of ``tool_discovery.native`` that says which models take it.
 KINDS = {"anthropic": "anthropic", "bedrock_invoke": "bedrock", "openai_responses": "responses"}
-# An upstream 400 naming one of these refused the native fields, not the request.
-_REFUSAL = re.compile(r"defer_loading|tool_reference|tool_search", re.IGNORECASE)
+# An upstream 400 naming one of these refused the fields of a cache-true deferral, not the
+# request: native deferral's, or call-through's JSON-Schema dispatcher (``parametersJsonSchema``,
+# which an older API version or gateway may not take).
+_REFUSAL = re.compile(r"defer_loading|tool_reference|tool_search|parameters_?json_?schema", re.IGNORECASE)
 
 
 def model_of(adapter: Adapter, view: RequestView) -> str:
@@ -39,7 +41,8 @@ def applies(adapter: Adapter, model: str, cfg: ToolDiscovery, classic: Sequence[
 
 
 def refused(status: int, body: bytes) -> bool:
-    """Whether an upstream answer refuses the native fields (the same request goes classic)."""
+    """Whether an upstream answer refuses the fields of native deferral or of call-through (the
+    same request goes classic)."""
     return status == 400 and _REFUSAL.search(body[:65536].decode("utf-8", "replace")) is not None
 
 

@@ -52,6 +52,17 @@ def _merge_part(parts: list[dict[str, Any]], part: Any, text: Fragments) -> None
     parts.append(copy.deepcopy(part))
 
 
+def fold_parts(parts: list[Any]) -> list[dict[str, Any]]:
+    """``parts`` folded as a stream is assembled (``_merge_part``): the same answer whichever way
+    its text was cut into parts."""
+    out: list[dict[str, Any]] = []
+    text = Fragments()
+    for part in parts:
+        _merge_part(out, part, text)
+    text.flush()
+    return out
+
+
 class GeminiAssembler(Assembler):
     """Folds GenerateContentResponse chunks into one GenerateContentResponse."""
 

@@ -1,0 +1,145 @@
+"""Call-through deferral: found tools are called through one fixed function, never added to ``tools[]``.
+
+Why: classic deferral appends a found tool's definition to ``tools[]``, which comes first in
+the prompt, so each discovery re-bills the whole conversation past the provider's cache.
+Where the API has no native deferral (Chat Completions, Gemini: ``defer.call_through``),
+``tools[]`` is instead the kept tools, the search tool and a dispatcher
+(``gateway_call_tool(name, arguments)``), fixed for the session; a search answers with the
+found tools' whole definitions as text, and the model calls one through the dispatcher.
+
+The client never sees the dispatcher: the answer it gets carries a call of the real tool
+(``CallThroughAdapter.unwrap``, live streams in ``tooldisco.stitch``), which it runs like any
+other; the history it sends back has those calls wrapped again (``CallThroughAdapter.wrap``),
+the same bytes every time, so the prefix the upstream cached stays valid. A dispatcher call
+naming no tool the client has, or with arguments that are no object, is answered by the
+proxy with an error the model reads, in a hidden round, like a search.
+
+The cost: the provider no longer checks a found tool's arguments against its schema (the
+tool, or the client, still does).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Collection, Sequence
+
+from .. import jsonspan
+from ..providers.base import Tool, ToolCall
+
+if TYPE_CHECKING:  # the search package imports this module (``phantom_query``): not at load time
+    from ..search.base import Catalog
+    from ..search.names import NameIndex
+
+MAX_DEFINITION_CHARS = 16_000  # of one definition in a search result; a larger schema is cut to its names
+
+
+@dataclass(frozen=True)
+class Target:
+    """The real call a dispatcher call stands for."""
+
+    name: str
+    arguments: dict[str, Any]
+
+    @property
+    def text(self) -> str:
+        """The arguments as the APIs that carry them as text write them (Chat)."""
+        return jsonspan.dumps(self.arguments)
+
+
+def description(search: str) -> str:
+    """The dispatcher's description: the same for every request, so ``tools[]`` never changes."""
+    return (f"Call a tool that {search} returned, by its exact name, with arguments that fit the "
+            "parameters its definition gives. Tools in your tool list are called directly, not through this.")
+
+
+def schema() -> dict[str, Any]:
+    """The dispatcher's parameters, as JSON Schema: ``arguments`` is any object."""
+    return {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "The exact name of a tool the search returned."},
+            "arguments": {"type": "object", "description": "Its arguments, as its definition's parameters say."},
+        },
+        "required": ["name", "arguments"],
+    }
+
+
+def definition(tool: Tool) -> dict[str, Any]:
+    """What a search result shows of a found tool: its name, whole description and parameters
+    schema, as the client defined them (Chat's ``function`` object, a Gemini declaration)."""
+    d = tool.definition
+    d = d.get("function", d) if isinstance(d, dict) else {}
+    params = next((d[k] for k in ("parameters", "parametersJsonSchema", "parameters_json_schema", "input_schema")
+                   if isinstance(d, dict) and k in d), None)
+    out: dict[str, Any] = {"name": tool.name, "description": tool.description}
+    if params is not None:
+        out["parameters"] = params
+    if len(jsonspan.dumps(out)) > MAX_DEFINITION_CHARS:  # a runaway schema: the names still guide the call
+        out["parameters"] = {"names": [p for p, _ in tool.params]}
+    return out
+
+
+class Dispatch:
+    """The dispatcher of one flow: which of its calls stand for which real call. The stitcher
+    (what the client sees live) and the loop (what is answered) ask the same object."""
+
+    def __init__(self, name: str, search: str, catalog: Catalog, loaded: Collection[str]) -> None:
+        self.name = name  # the dispatcher's tool name
+        self.search = search  # the search tool's (named in errors)
+        self.catalog = catalog  # the deferred tools a call may name
+        self.loaded = frozenset(loaded)  # client tools forwarded as they are: a call may name them too
+
+    def target(self, call: ToolCall) -> Target | str:
+        """The real call ``call`` stands for, or what the model reads when there is none."""
+        args = call.arguments
+        if isinstance(args, str):  # some models encode the object once more
+            try:
+                args = json.loads(args)
+            except (ValueError, RecursionError):
+                pass
+        if not isinstance(args, dict) or not isinstance(args.get("name"), str) or not args["name"].strip():
+            return _error(f'{self.name} takes {{"name": "<a tool {self.search} returned>", "arguments": {{...}}}}.')
+        name = self._resolve(args["name"].strip())
+        if name is None:
+            return _error(self._unknown(args["name"]))
+        inner = args.get("arguments", {})
+        if isinstance(inner, str):
+            try:
+                inner = json.loads(inner) if inner.strip() else {}
+            except (ValueError, RecursionError):
+                pass
+        if inner is None:
+            inner = {}
+        if not isinstance(inner, dict):
+            return _error(f"arguments must be a JSON object of {name}'s parameters.")
+        return Target(name, inner)
+
+    def targets(self, calls: Sequence[ToolCall]) -> dict[str, Target | str]:
+        """Each dispatcher call among ``calls`` (by id) with its real call, or its error."""
+        return {c.id: self.target(c) for c in calls if c.name == self.name}
+
+    def _resolve(self, name: str) -> str | None:
+        """The client's name for ``name``: itself, or the one deferred tool with that bare name."""
+        if name in self.loaded and name not in (self.name, self.search):
+            return name
+        if any(t.name == name for t in self.catalog):
+            return name
+        hits = self._names().resolve(name)
+        return self.catalog[hits[0]].name if len(hits) == 1 else None
+
+    def _names(self) -> NameIndex:
+        from ..search.names import name_index  # here: the search package imports this module
+
+        return name_index(self.catalog)
+
+    def _unknown(self, name: str) -> str:
+        nearest = self._names().suggest(name) if self.catalog else []
+        hint = f" The nearest names: {', '.join(nearest)}." if nearest else ""
+        return (f"No tool is named {name!r}. Search with {self.search} first, then call a tool it "
+                f"returns by its exact name.{hint}")
+
+
+def _error(message: str) -> str:
+    return json.dumps({"error": message}, ensure_ascii=False)
+
