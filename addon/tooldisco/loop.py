@@ -83,7 +83,8 @@ class PhantomLoop:
 
     def receive(self, message: dict[str, Any]) -> Search | Finish:
         targets = self._targets(message)
-        shown = cast(CallThroughAdapter, self.adapter).unwrap(message, targets) if targets else message
+        shown = message if self.dispatch is None else \
+            cast(CallThroughAdapter, self.adapter).unwrap(message, self.dispatch.resolve)
         self.visible.append(self.adapter.strip(shown, [self.phantom]))
         phantom = self._phantom_calls(message)
         refused = [ToolResult(c, t, True) for c in self.adapter.calls(message) if isinstance(t := targets.get(c.id), str)]
@@ -97,9 +98,9 @@ class PhantomLoop:
     def hide(self, message: dict[str, Any]) -> dict[str, Any]:
         """``message`` as the upstream's conversation goes on from it when the client answers
         only its real calls: without the search calls and the dispatcher calls that stand for no tool."""
-        refused = {k: t for k, t in self._targets(message).items() if isinstance(t, str)}
-        if refused:
-            message = cast(CallThroughAdapter, self.adapter).unwrap(message, refused)
+        if (dispatch := self.dispatch) is not None:
+            message = cast(CallThroughAdapter, self.adapter).unwrap(
+                message, lambda c: t if isinstance(t := dispatch.resolve(c), str) else None)
         return self.adapter.strip(message, [self.phantom])
 
     def found(self, found: Sequence[Found]) -> Send | Finish:
@@ -136,7 +137,9 @@ class PhantomLoop:
 
     def _targets(self, message: dict[str, Any]) -> Mapping[str, Target | str]:
         """The message's dispatcher calls (by id) with the real call each stands for, or its error."""
-        return self.dispatch.targets(self.adapter.calls(message)) if self.dispatch is not None else {}
+        if self.dispatch is None:
+            return {}
+        return {c.id: t for c in self.adapter.calls(message) if (t := self.dispatch.resolve(c)) is not None}
 
     def _load(self, tools: Sequence[Tool]) -> list[Tool]:
         """New tools in discovery order, each once, never one already forwarded."""

@@ -11,6 +11,7 @@ prefix-cache model tells whether each turn's upstream request continues the prev
 from __future__ import annotations
 
 import json
+import time
 from functools import partial
 from typing import Any
 
@@ -91,8 +92,16 @@ def telemetry_mark(proxy: MitmDump) -> int:
 
 
 def new_records(proxy: MitmDump, mark: int, count: int) -> list[dict[str, Any]]:
-    """The ``count`` records written since ``mark`` (one per client request of the test)."""
-    return proxy.records(TELEMETRY, at_least=mark + count)[mark:]
+    """The test's ``count`` records (one per client request) written since ``mark``: those of the
+    session of the last one written, since a record of the test before may still land after the
+    mark (telemetry is written after the client has its answer)."""
+    for _ in range(200):
+        lines = proxy.records(TELEMETRY, at_least=mark + count)[mark:]
+        ours = [r for r in lines if r["session"] == lines[-1]["session"]]
+        if len(ours) >= count:
+            return ours[:count]
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} records of one session after the mark: {lines!r}"[:4000])
 
 
 def names_of(rec: RecordedRequest) -> list[str]:

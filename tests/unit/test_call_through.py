@@ -139,12 +139,12 @@ def test_no_name_is_an_error_showing_the_dispatchers_form(arguments):
     assert message.startswith(f'{D} takes {{"name": "<a tool {P} returned>"')
 
 
-def test_targets_are_the_dispatcher_calls_by_id():
+def test_only_dispatcher_calls_resolve():
     calls = [ToolCall("a", "read_file", {}), ToolCall("b", D, {"name": FORECAST, "arguments": {}}),
              ToolCall("c", P, {"query": "x"}), ToolCall("d", D, {"name": "nope"})]
-    targets = DISPATCH.targets(calls)
-    assert list(targets) == ["b", "d"]
-    assert targets["b"] == Target(FORECAST, {}) and isinstance(targets["d"], str)
+    resolved = [DISPATCH.resolve(c) for c in calls]
+    assert resolved[0] is None and resolved[2] is None
+    assert resolved[1] == Target(FORECAST, {}) and isinstance(resolved[3], str)
 
 
 def test_target_text_is_compact_json_keeping_non_ascii():
@@ -180,20 +180,32 @@ def chat_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
 def test_chat_unwrap_turns_dispatcher_calls_into_real_calls_by_id():
     answer = chat_answer("Two.", chat_call("call_R", "read_file", '{"path":"a"}'),
                          chat_call("call_D", D, dispatcher_args("get_forecast", {"city": "Zürich"})))
-    shown = CHAT.unwrap(answer, DISPATCH.targets(CHAT.calls(answer)))
+    shown = CHAT.unwrap(answer, DISPATCH.resolve)
     assert chat_calls(shown) == [chat_call("call_R", "read_file", '{"path":"a"}'),
                                  chat_call("call_D", FORECAST, '{"city":"Zürich"}')]
     assert shown["choices"][0]["finish_reason"] == "tool_calls"
     assert answer["choices"][0]["message"]["tool_calls"][1]["function"]["name"] == D  # the answer itself is kept
 
 
+def test_chat_unwrap_reaches_every_choice():
+    """``n > 1``: the loop drives choice 0, but no choice may show the client the dispatcher."""
+    answer = chat_answer(None, chat_call("call_A", D, dispatcher_args("get_forecast", {"city": "Oslo"})))
+    second = json.loads(json.dumps(answer["choices"][0]))
+    second["index"] = 1
+    second["message"]["tool_calls"] = [chat_call("call_B", D, dispatcher_args("get_forecast", {"city": "Rome"}))]
+    answer["choices"].append(second)
+    shown = CHAT.unwrap(answer, DISPATCH.resolve)
+    assert [c["message"]["tool_calls"] for c in shown["choices"]] == [
+        [chat_call("call_A", FORECAST, '{"city":"Oslo"}')], [chat_call("call_B", FORECAST, '{"city":"Rome"}')]]
+
+
 def test_chat_unwrap_removes_refused_calls_and_fixes_the_finish_reason():
     answer = chat_answer("Hmm.", chat_call("call_X", D, dispatcher_args("nope", {})))
-    shown = CHAT.unwrap(answer, DISPATCH.targets(CHAT.calls(answer)))
+    shown = CHAT.unwrap(answer, DISPATCH.resolve)
     assert "tool_calls" not in shown["choices"][0]["message"] and shown["choices"][0]["finish_reason"] == "stop"
     both = chat_answer(None, chat_call("call_X", D, dispatcher_args("nope", {})),
                        chat_call("call_R", "read_file", "{}"))
-    shown = CHAT.unwrap(both, DISPATCH.targets(CHAT.calls(both)))
+    shown = CHAT.unwrap(both, DISPATCH.resolve)
     assert chat_calls(shown) == [chat_call("call_R", "read_file", "{}")]
     assert shown["choices"][0]["finish_reason"] == "tool_calls"
 
@@ -265,7 +277,7 @@ def test_chat_round_trip_gives_the_upstream_its_own_call_back():
     call the model made, byte for byte when it wrote compact JSON and the exact name."""
     made = dispatcher_args(FORECAST, {"city": "Zürich", "days": 2})
     answer = chat_answer("Checking.", chat_call("call_D", D, made))
-    shown = CHAT.unwrap(answer, DISPATCH.targets(CHAT.calls(answer)))["choices"][0]["message"]
+    shown = CHAT.unwrap(answer, DISPATCH.resolve)["choices"][0]["message"]
     history = {"model": "gpt-4.1", "messages": [
         {"role": "user", "content": "weather?"},
         {"role": "assistant", "content": shown["content"], "tool_calls": shown["tool_calls"]},
@@ -275,7 +287,7 @@ def test_chat_round_trip_gives_the_upstream_its_own_call_back():
     assert wrapped["messages"][1]["tool_calls"][0]["function"]["arguments"] == made
     # a bare name and spaced JSON come back as the call they stand for
     loose = chat_answer(None, chat_call("call_D", D, '{"arguments": {"city": "Oslo"}, "name": "get_forecast"}'))
-    shown = CHAT.unwrap(loose, DISPATCH.targets(CHAT.calls(loose)))["choices"][0]["message"]
+    shown = CHAT.unwrap(loose, DISPATCH.resolve)["choices"][0]["message"]
     history["messages"][1] = {"role": "assistant", "content": None, "tool_calls": shown["tool_calls"]}
     again = json.loads(CHAT.wrap(json.dumps(history), [t.name for t in DISPATCH.catalog], D))
     call = again["messages"][1]["tool_calls"][0]["function"]
@@ -312,9 +324,8 @@ def test_gemini_unwrap_rewrites_and_removes_with_a_signature_stand_in():
     answer = g_answer({"text": "Let me."}, g_call(D, {"name": "nope", "arguments": {}}, signature="U0lH"),
                       g_call(D, {"name": "get_forecast", "arguments": {"city": "Paris"}}, id_="fc_1"),
                       g_call("read_file", {"path": "a"}))
-    targets = G_DISPATCH.targets(GEMINI.calls(answer))
-    assert list(targets) == [f"{D}#0", "fc_1"]
-    shown = GEMINI.unwrap(answer, targets)
+    assert [c.id for c in GEMINI.calls(answer) if G_DISPATCH.resolve(c) is not None] == [f"{D}#0", "fc_1"]
+    shown = GEMINI.unwrap(answer, G_DISPATCH.resolve)
     assert g_parts(shown) == [{"text": "Let me."},
                               {"functionCall": {"name": FORECAST, "args": {"city": "Paris"}, "id": "fc_1"},
                                "thoughtSignature": STAND_IN_SIGNATURE},
@@ -325,7 +336,7 @@ def test_gemini_unwrap_rewrites_and_removes_with_a_signature_stand_in():
 def test_gemini_unwrap_keeps_a_rewritten_calls_own_signature():
     answer = g_answer(g_call(D, {"name": FORECAST, "arguments": {"city": "Rome"}}, signature="U0lH"),
                       g_call(D, {"name": "nope"}))
-    shown = GEMINI.unwrap(answer, G_DISPATCH.targets(GEMINI.calls(answer)))
+    shown = GEMINI.unwrap(answer, G_DISPATCH.resolve)
     assert g_parts(shown) == [g_call(FORECAST, {"city": "Rome"}, signature="U0lH")]
 
 
@@ -373,7 +384,7 @@ def test_gemini_wrap_renames_deferred_calls_and_their_responses_only():
 def test_gemini_round_trip_gives_the_upstream_its_own_call_back():
     made = g_call(D, {"name": FORECAST, "arguments": {"city": "Paris", "days": 2}}, signature="U0lH")
     answer = g_answer({"text": "Checking."}, made)
-    shown = GEMINI.unwrap(answer, G_DISPATCH.targets(GEMINI.calls(answer)))
+    shown = GEMINI.unwrap(answer, G_DISPATCH.resolve)
     assert g_parts(shown)[1] == g_call(FORECAST, {"city": "Paris", "days": 2}, signature="U0lH")
     history = gemini_history(*g_parts(shown), responses=[
         {"functionResponse": {"name": FORECAST, "response": {"output": "sunny"}}}])
@@ -494,7 +505,7 @@ def test_gemini_invalid_dispatcher_call_is_answered_as_the_dispatchers_error():
     responses = [p["functionResponse"] for p in contents[-1]["parts"]]
     assert [r["name"] for r in responses] == [D, P]
     assert "id" not in responses[0] and responses[1]["id"] == "s1"
-    assert error_of(responses[0]["response"]["error"]).startswith("No tool is named 'nope'")
+    assert responses[0]["response"]["error"].startswith("No tool is named 'nope'")  # the error object itself
     assert responses[1]["response"] == {"output": "found " + FORECAST}
     assert g_parts(act.visible) == [{"text": "Trying."}]
     done = loop.receive(g_answer(g_call(D, {"name": "get_forecast", "arguments": {"city": "Paris"}}, "U0lH2")))

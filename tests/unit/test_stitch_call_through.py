@@ -45,7 +45,7 @@ def chat_decoded(data: bytes) -> dict[str, Any]:
 
 def visible(adapter: Any, dispatch: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """What the loop shows the client of these rounds: each unwrapped, the search stripped, merged."""
-    shown = [adapter.strip(adapter.unwrap(m, dispatch.targets(adapter.calls(m))), [P]) for m in messages]
+    shown = [adapter.strip(adapter.unwrap(m, dispatch.resolve), [P]) for m in messages]
     return adapter.merge(shown)
 
 
@@ -304,7 +304,7 @@ def test_gemini_refused_calls_go_and_the_signature_passes_on(adapter: GeminiAdap
         g_call("read_file", {"path": "b"})]
     assert sig("SIG_step").encode() not in client and b"nope" not in client
     # the stitcher decided by the ids the loop uses (``name#rank`` without an id)
-    targets = G_DISPATCH.targets(adapter.calls(end.message))
+    targets = {c.id: t for c in adapter.calls(end.message) if (t := G_DISPATCH.resolve(c)) is not None}
     assert list(targets) == [f"{D}#1", f"{D}#2", f"{D}#3"]
     assert [isinstance(t, str) for t in targets.values()] == [True, False, True]
 

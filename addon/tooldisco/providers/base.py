@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Protocol, Sequence
 
 from ..stitch.base import Stitcher
 
@@ -247,10 +247,10 @@ class CallThroughAdapter(Adapter, Protocol):
         """The dispatcher (``{name, arguments}``) in this API's shape, as definition text."""
         ...
 
-    def unwrap(self, message: dict[str, Any], targets: Mapping[str, Target | str]) -> dict[str, Any]:
-        """``message`` with each dispatcher call named in ``targets`` (by ``ToolCall.id``) turned
-        into the real call it stands for, or removed when it stands for none (an error the proxy
-        answers in a hidden round)."""
+    def unwrap(self, message: dict[str, Any], resolve: Callable[[ToolCall], Target | str | None]) -> dict[str, Any]:
+        """``message`` with each call ``resolve`` gives a ``Target`` turned into that real call,
+        and each it gives a str removed (an error the proxy answers in a hidden round); None:
+        the call stays as it is. Every choice / candidate, as the stitchers do."""
         ...
 
     def wrap(self, body: str, names: Collection[str], dispatcher: str) -> str:

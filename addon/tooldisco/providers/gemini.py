@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
@@ -171,6 +171,16 @@ def _edit_calls(message: dict[str, Any],
     return out
 
 
+def _error_response(text: str) -> dict[str, Any]:
+    """A failed call's ``response``: ``{"error": ...}``, the error object itself when the text
+    already is one (the proxy's own errors are), not wrapped in another."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    return parsed if isinstance(parsed, dict) and list(parsed) == ["error"] else {"error": text}
+
+
 def _dispatched(part: Any, names: Collection[str], dispatcher: str) -> Any:
     """A history part calling (or answering) a deferred tool as the dispatcher's; else ``part``."""
     if not isinstance(part, dict):
@@ -281,7 +291,7 @@ class GeminiAdapter(AdapterDefaults):
             if given:
                 response["id"] = given  # echoed only when the model gave the call an id
             # The API reads "output" as the function's output and "error" as its failure.
-            response["response"] = {"error": r.content} if r.is_error else {"output": r.content}
+            response["response"] = _error_response(r.content) if r.is_error else {"output": r.content}
             parts.append({"functionResponse": response})
         turns = [jsonspan.dumps(content), jsonspan.dumps({"role": "user", "parts": parts})]
         body = append_array(body, ["contents"], turns)
@@ -299,9 +309,9 @@ class GeminiAdapter(AdapterDefaults):
         hidden = set(names)
         return _edit_calls(message, lambda call, raw: None if named(call.name, hidden) else raw)
 
-    def unwrap(self, message: dict[str, Any], targets: Mapping[str, Target | str]) -> dict[str, Any]:
+    def unwrap(self, message: dict[str, Any], resolve: Callable[[ToolCall], Target | str | None]) -> dict[str, Any]:
         def real(call: ToolCall, raw: dict[str, Any]) -> dict[str, Any] | None:
-            target = targets.get(call.id)
+            target = resolve(call)
             if target is None:
                 return raw
             return None if isinstance(target, str) else {**raw, "name": target.name, "args": target.arguments}

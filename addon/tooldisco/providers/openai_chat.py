@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
@@ -218,14 +218,15 @@ class OpenAIChatAdapter(AdapterDefaults):
         hidden = set(names)
         return _edit_calls(message, lambda tc: None if named(as_dict(tc.get("function")).get("name"), hidden) else tc)
 
-    def unwrap(self, message: dict[str, Any], targets: Mapping[str, Target | str]) -> dict[str, Any]:
+    def unwrap(self, message: dict[str, Any], resolve: Callable[[ToolCall], Target | str | None]) -> dict[str, Any]:
         def real(tc: dict[str, Any]) -> dict[str, Any] | None:
-            target = targets.get(str(tc.get("id")))
+            fn = as_dict(tc.get("function"))
+            target = resolve(ToolCall(str(tc.get("id")), str(fn.get("name")), parse_arguments(fn.get("arguments"))))
             if target is None:
                 return tc
             if isinstance(target, str):
                 return None
-            return {**tc, "function": {**as_dict(tc.get("function")), "name": target.name, "arguments": target.text}}
+            return {**tc, "function": {**fn, "name": target.name, "arguments": target.text}}
 
         return _edit_calls(message, real)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection, Sequence
+from typing import TYPE_CHECKING, Any, Collection
 
 from .. import jsonspan
 from ..providers.base import Tool, ToolCall
@@ -115,9 +115,9 @@ class Dispatch:
             return _error(f"arguments must be a JSON object of {name}'s parameters.")
         return Target(name, inner)
 
-    def targets(self, calls: Sequence[ToolCall]) -> dict[str, Target | str]:
-        """Each dispatcher call among ``calls`` (by id) with its real call, or its error."""
-        return {c.id: self.target(c) for c in calls if c.name == self.name}
+    def resolve(self, call: ToolCall) -> Target | str | None:
+        """``target`` for a dispatcher call; None for any other call."""
+        return self.target(call) if call.name == self.name else None
 
     def _resolve(self, name: str) -> str | None:
         """The client's name for ``name``: itself, or the one deferred tool with that bare name."""
