@@ -113,7 +113,7 @@ def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | Non
         while j < len(texts) and produced[j]:
             j += 1
         if (found := lookup(_run_digest(adapter, tuple(texts[i:j])))) is not None:
-            edits.append((spans[i][0], spans[j - 1][1], ",".join(found)))
+            edits.append((spans[i][0], spans[j - 1][1], ",".join(adapter.adopt(found, texts[i:j]))))
         i = j
     for a, b, text in reversed(edits):
         body = jsonspan.replace(body, (a, b), text)

@@ -38,10 +38,10 @@ CONFIG = partial(addon_config, strategy="tool-search", search={"backend": "bm25"
                  defer={"upfront": 0})
 
 
-#: Agents whose next request gets the proxy's hidden search round restored. Gemini CLI gives a
-#: ``functionCall`` that came without an ``id`` one of its own, so the turn it sends back is not
-#: the one it was shown and passes as sent (the upstream cache breaks once, there).
-RESTORED = {"claude", "codex"}
+#: Agents whose next request gets the proxy's hidden search round restored: all three (Gemini CLI
+#: gives a ``functionCall`` that came without an ``id`` one of its own: the proxy compares calls
+#: without ids and carries the client's onto the restored turn).
+RESTORED = {"claude", "codex", "gemini"}
 
 
 def test_catalog_has_more_than_a_hundred_tools_on_several_servers() -> None:
@@ -110,7 +110,7 @@ def _check_defers(out: McpRun) -> None:
         assert all(r.json.get("tools") == first.json.get("tools") for r in out.upstream if r.nth >= first.nth)
     if out.case.agent in RESTORED:  # the next request continues the conversation the upstream really had
         after = out.upstream[-1]
-        history = json.dumps(after.json.get("messages") or after.json.get("input"))
+        history = json.dumps(after.json.get("messages") or after.json.get("input") or after.json.get("contents"))
         assert after.nth > calling.nth and (SEARCH_TOOL in history or '"tool_search_call"' in history), out.report()
 
 

@@ -328,6 +328,29 @@ def test_gemini_signatures_sent_back_url_safe_are_restored():
     assert rounds.restore(api.adapter, json.dumps(api.body(start + edited)), lookup(turn))[1] == 0
 
 
+def test_gemini_client_call_ids_and_split_text_are_restored_with_the_ids_kept():
+    """Gemini CLI gives a call the API sent without an ``id`` one of its own and names it in its
+    functionResponse; a client keeping a stream's text as it came sends it in several parts. The
+    turn is restored all the same, the client's id carried onto the restored call."""
+    api = APIS["gemini"]
+    start = [api.user("forecast for Paris?")]
+    turn = searched_turn(api, start)
+    (content,) = json.loads(json.dumps(turn.shown))
+    text, call = content["parts"][0]["text"], content["parts"][-1]
+    content["parts"] = [{"text": text[:3]}, {"text": text[3:]}, *content["parts"][1:-1],
+                        {**call, "functionCall": {**call["functionCall"], "id": "cli-7"}}]
+    response = {"role": "user", "parts": [{"functionResponse": {"name": "get_forecast", "id": "cli-7",
+                                                                "response": {"output": "sunny"}}}]}
+    out, count = rounds.restore(api.adapter, json.dumps(api.body(start + [content, response])), lookup(turn))
+    assert count == 1
+    restored = history_of(api, out)
+    assert restored[:-2] == turn.upstream[:-1] and restored[-1] == response
+    assert [p["functionCall"] for p in restored[-2]["parts"] if "functionCall" in p] == [
+        {**call["functionCall"], "id": "cli-7"}]
+    other = {**content, "parts": [{"text": text + "!"}, *content["parts"][2:]]}  # an edit still is one
+    assert rounds.restore(api.adapter, json.dumps(api.body(start + [other, response])), lookup(turn))[1] == 0
+
+
 def test_chat_empty_text_is_no_text():
     """A stream's assembly gives ``""`` where a client writes ``null`` for a turn of calls only."""
     api = APIS["openai_chat"]

@@ -219,6 +219,12 @@ class Adapter(Protocol):
         the ones it was shown (output-only fields a client may drop go)."""
         ...
 
+    def adopt(self, restored: list[str], client: Sequence[str]) -> list[str]:
+        """The real rounds put back in place of ``client`` (the entries they stand for), with
+        what the client gave those entries that the rest of its history refers to (Gemini CLI's
+        own call ids, which its function responses name)."""
+        ...
+
 
 class NativeAdapter(Adapter, Protocol):
     """An API with cache-preserving deferral: deferred tools stay in ``tools[]`` marked

@@ -120,6 +120,9 @@ class AdapterDefaults:
     def comparable(self, entries: list[Any]) -> list[Any]:
         return entries
 
+    def adopt(self, restored: list[str], client: Sequence[str]) -> list[str]:
+        return restored
+
 
 def query_schema(*, upper: bool = False, strict: bool = False) -> dict[str, Any]:
     """The phantom tool's one parameter. Gemini's OpenAPI subset spells types upper-case;

@@ -111,6 +111,20 @@ def _same_bytes(value: Any, inline: bool = False) -> Any:
     return value
 
 
+def _without_call_ids(content: Any) -> Any:
+    """A content without its functionCall parts' ``id``s."""
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if not isinstance(parts, list):
+        return content
+    out = []
+    for p in parts:
+        key = next((k for k in ("functionCall", "function_call") if isinstance(as_dict(p).get(k), dict)), None)
+        if key is not None and "id" in p[key]:
+            p = {**p, key: {k: v for k, v in p[key].items() if k != "id"}}
+        out.append(p)
+    return {**content, "parts": out}
+
+
 def _by_modality(lists: Iterable[Any]) -> list[dict[str, Any]]:
     """``*TokensDetails`` lists (``[{modality, tokenCount}]``) summed modality by modality."""
     counts: dict[str | None, int] = {}
@@ -365,14 +379,16 @@ class GeminiAdapter(AdapterDefaults):
 
     def comparable(self, entries: list[Any]) -> list[Any]:
         """Bytes fields (``thoughtSignature``, inline data) in one base64 alphabet: google-genai
-        decodes them and sends them back URL-safe; the API reads either. A run of model contents
+        decodes them and sends them back URL-safe; the API reads either. No functionCall ids: a
+        client gives a call the API left without one an id of its own (Gemini CLI does; ``adopt``
+        carries it into the restored turn). A run of model contents
         as one, its text parts folded as a stream is assembled (``streams.gemini.fold_parts``): a
         streamed answer comes in one part (or one content) per chunk, which a client may keep as
         they came or join."""
         from ..streams.gemini import fold_parts
 
         out: list[Any] = []
-        for entry in map(_same_bytes, entries):
+        for entry in map(_without_call_ids, map(_same_bytes, entries)):
             parts = entry.get("parts") if isinstance(entry, dict) else None
             last = out[-1] if out else None
             if (isinstance(parts, list) and isinstance(last, dict) and entry.get("role") == last.get("role")
@@ -382,6 +398,27 @@ class GeminiAdapter(AdapterDefaults):
                 out.append({**entry, "parts": list(parts)} if isinstance(parts, list) else entry)
         return [{**e, "parts": fold_parts(e["parts"])} if isinstance(e, dict) and isinstance(e.get("parts"), list)
                 else e for e in out]
+
+    def adopt(self, restored: list[str], client: Sequence[str]) -> list[str]:
+        """The client's functionCall ids, call by call, on the restored turn's last model content
+        where it has none: the client's functionResponses name them."""
+        given = [_field(p, "functionCall", "function_call").get("id") for text in client
+                 for p in as_list(as_dict(json.loads(text)).get("parts"))
+                 if isinstance(_field(p, "functionCall", "function_call"), dict)]
+        if not any(given) or not restored:
+            return restored
+        last = json.loads(restored[-1])
+        calls = iter(given)
+        parts = []
+        for p in as_list(as_dict(last).get("parts")):
+            call = _field(p, "functionCall", "function_call")
+            if isinstance(call, dict):
+                given_id = next(calls, None)
+                if given_id is not None and not call.get("id"):
+                    key = "functionCall" if "functionCall" in p else "function_call"
+                    p = {**p, key: {**call, "id": given_id}}
+            parts.append(p)
+        return [*restored[:-1], jsonspan.dumps({**last, "parts": parts})]
 
     def decoder(self) -> StreamDecoder:
         from ..streams.gemini import GeminiStreamDecoder
