@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Awaitable, Callable, Mapping, Sequence, TypeVar, cast
 
 from loguru import logger
@@ -45,7 +45,8 @@ class FlowContext:
     stream: bool = False  # the client asked for a stream (Gemini's JSON-array stream included)
     rewritten: bool = True  # the forwarded body differs from the client's
     native: bool = False  # native deferral: found tools load inline, tools[] never changes
-    classic: FlowContext | None = None  # native: the same request deferred the classic way, if refused
+    # Native or call-through: the same request deferred the classic way, made if the upstream refuses.
+    classic: Callable[[], FlowContext] | None = None
     model: str = ""  # the request's model (native: remembered when its API refuses native fields)
     dispatch: call_through.Dispatch | None = None  # call-through: found tools are called through it
 
@@ -246,13 +247,11 @@ class Planner:
         if td.strategy == "api" and (held := self._rollout(view, plan, session.key, record)) is not None:
             return held
         record.outcome = "pending"
-        # Call-through refused (an API version without ``parametersJsonSchema``): this request the classic way.
-        fallback = self._classic(adapter, plan, earlier, text, original, session, record, view.stream, False)
-        ctx = self._classic(adapter, plan, earlier, text, original, session, record, view.stream, True) \
-            if calls_through else fallback
+        ctx = self._classic(adapter, plan, earlier, text, original, session, record, view.stream, calls_through)
         ctx.model = through_key if calls_through else model
-        if calls_through:
-            ctx.classic = fallback
+        if calls_through:  # refused (an API version without ``parametersJsonSchema``): this request the classic way
+            ctx.classic = partial(self._classic, adapter, plan, earlier, text, original, session, record,
+                                  view.stream, False)
         if natively is not None:
             ctx = self._native(cast(NativeAdapter, adapter), natively, text, ctx)
         record.deferral = "native" if ctx.native else "call-through" if calls_through else "classic"
@@ -305,7 +304,7 @@ class Planner:
         self._count(classic.record, plan.kept, plan.deferred, extra=estimate_tokens(search))
         name = adapter.native_search(td.search_tool_name)
         return replace(classic, body=body, phantom=name, catalog={t.name: t for t in plan.deferred},
-                       forwarded=[t.name for t in plan.kept] + [name], native=True, classic=classic)
+                       forwarded=[t.name for t in plan.kept] + [name], native=True, classic=lambda: classic)
 
     def _warm_up(self, tools: Catalog) -> Callable[[], Awaitable[None]] | None:
         """Build the catalog's search index while the model is still answering, so its first

@@ -164,7 +164,7 @@ class LoopRunner:
         ctx.record.deferral = "classic"
         if ctx.persist and ctx.model:
             await asyncio.to_thread(self.store.update, ctx.session, partial(_go_classic, ctx.model))
-        self.ctx = ctx.classic
+        self.ctx = ctx.classic()
         self.loop = PhantomLoop(self.ctx.adapter, self.ctx.phantom, self.ctx.forwarded, self.loop.max_loops)
         return await self._open(open_, self.ctx.body.encode("utf-8"))
 

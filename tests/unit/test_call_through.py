@@ -25,7 +25,8 @@ from tooldisco.search.base import Catalog
 from tooldisco.search.factory import make_searcher
 from tooldisco.search.phantom_query import run_query
 from tooldisco.strategies import call_through
-from tooldisco.strategies.call_through import MAX_DEFINITION_CHARS, Dispatch, Target
+from tooldisco.search.brief import MAX_DEFINITION_CHARS, definition
+from tooldisco.strategies.call_through import Dispatch, Target
 
 from tests.support.catalog import openai_tools, tool_specs
 from tests.support.loop_driver import Driver
@@ -77,10 +78,9 @@ def error_of(result: Target | str) -> str:
 
 
 def test_the_module_imports_first():
-    """Imported before anything else (the search package imports it back): no import cycle."""
+    """Imported before anything else: no import cycle with the search package it uses."""
     addon = Path(__file__).resolve().parents[2] / "addon"
     subprocess.run([sys.executable, "-c", "import tooldisco.strategies.call_through"], cwd=addon, check=True)
-
 
 
 def test_an_exact_name_is_its_tool_with_its_arguments():
@@ -535,19 +535,19 @@ def test_a_search_through_the_dispatcher_shows_whole_definitions():
 def test_a_gemini_definition_carries_its_parameters():
     declaration = gemini_declarations(20)[0]
     tool = GEMINI.parse_tool(json.dumps(declaration))
-    assert call_through.definition(tool) == declaration
+    assert definition(tool) == declaration
     schema = {"name": "t", "description": "d", "parametersJsonSchema": {"type": "object"}}
-    assert call_through.definition(GEMINI.parse_tool(json.dumps(schema)))["parameters"] == {"type": "object"}
+    assert definition(GEMINI.parse_tool(json.dumps(schema)))["parameters"] == {"type": "object"}
 
 
 def test_a_huge_schema_is_cut_to_its_parameter_names():
     properties = {f"p{i}": {"type": "string", "description": "x" * 200} for i in range(200)}
     raw = json.dumps({"type": "function", "function": {"name": "big", "description": "Big tool.",
                                                        "parameters": {"type": "object", "properties": properties}}})
-    shown = call_through.definition(CHAT.parse_tool(raw))
+    shown = definition(CHAT.parse_tool(raw))
     assert shown == {"name": "big", "description": "Big tool.", "parameters": {"names": list(properties)}}
     assert len(json.dumps(shown)) < MAX_DEFINITION_CHARS
-    small = call_through.definition(CHAT.parse_tool(json.dumps(openai_tools(1)[0])))
+    small = definition(CHAT.parse_tool(json.dumps(openai_tools(1)[0])))
     assert small["parameters"] == openai_tools(1)[0]["function"]["parameters"]
 
 

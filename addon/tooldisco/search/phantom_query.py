@@ -21,7 +21,7 @@ Query syntax (the ``query`` argument, a string):
 Results are compact JSON: the text stays in the conversation and is re-sent every turn.
 With call-through deferral (``through``: the dispatcher's name) nothing is loaded into the
 tool list: the results carry each found tool's whole definition
-(``strategies.call_through.definition``) and say to call them through the dispatcher.
+(``brief.definition``) and say to call them through the dispatcher.
 
 A search or select that loads something also loads the ``always_keep`` tools present
 in the catalog (entries may be globs, e.g. ``mcp__github__*``); they come on top of the
@@ -39,8 +39,7 @@ from loguru import logger
 
 from ..providers.base import Tool
 from .base import QueryError, Searcher, check_query
-from ..strategies.call_through import definition
-from .brief import brief
+from .brief import brief, definition
 from .names import MAX_NAMED, name_index
 
 LIST_ALL = "*"

@@ -22,17 +22,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection
+from functools import cached_property
+from typing import Any, Collection
 
 from .. import jsonspan
-from ..providers.base import Tool, ToolCall
-
-if TYPE_CHECKING:  # the search package imports this module (``phantom_query``): not at load time
-    from ..search.base import Catalog
-    from ..search.names import NameIndex
-
-MAX_DEFINITION_CHARS = 16_000  # of one definition in a search result; a larger schema is cut to its names
-
+from ..providers.base import ToolCall
+from ..search.base import Catalog
+from ..search.names import name_index
 
 @dataclass(frozen=True)
 class Target:
@@ -65,19 +61,7 @@ def schema() -> dict[str, Any]:
     }
 
 
-def definition(tool: Tool) -> dict[str, Any]:
-    """What a search result shows of a found tool: its name, whole description and parameters
-    schema, as the client defined them (Chat's ``function`` object, a Gemini declaration)."""
-    d = tool.definition
-    d = d.get("function", d) if isinstance(d, dict) else {}
-    params = next((d[k] for k in ("parameters", "parametersJsonSchema", "parameters_json_schema", "input_schema")
-                   if isinstance(d, dict) and k in d), None)
-    out: dict[str, Any] = {"name": tool.name, "description": tool.description}
-    if params is not None:
-        out["parameters"] = params
-    if len(jsonspan.dumps(out)) > MAX_DEFINITION_CHARS:  # a runaway schema: the names still guide the call
-        out["parameters"] = {"names": [p for p, _ in tool.params]}
-    return out
+MAX_NAME_CHARS = 200  # of a name the model gave, repeated in the error it reads
 
 
 class Dispatch:
@@ -123,20 +107,20 @@ class Dispatch:
         """The client's name for ``name``: itself, or the one deferred tool with that bare name."""
         if name in self.loaded and name not in (self.name, self.search):
             return name
-        if any(t.name == name for t in self.catalog):
+        if name in self._deferred:
             return name
-        hits = self._names().resolve(name)
+        hits = name_index(self.catalog).resolve(name)
         return self.catalog[hits[0]].name if len(hits) == 1 else None
 
-    def _names(self) -> NameIndex:
-        from ..search.names import name_index  # here: the search package imports this module
-
-        return name_index(self.catalog)
+    @cached_property
+    def _deferred(self) -> frozenset[str]:
+        return frozenset(t.name for t in self.catalog)
 
     def _unknown(self, name: str) -> str:
-        nearest = self._names().suggest(name) if self.catalog else []
+        nearest = name_index(self.catalog).suggest(name) if self.catalog else []
         hint = f" The nearest names: {', '.join(nearest)}." if nearest else ""
-        return (f"No tool is named {name!r}. Search with {self.search} first, then call a tool it "
+        shown = name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS] + "..."  # the model's: untrusted
+        return (f"No tool is named {shown!r}. Search with {self.search} first, then call a tool it "
                 f"returns by its exact name.{hint}")
 
 
