@@ -183,7 +183,7 @@ async def test_an_option_change_retires_the_upstream_client(tmp_path):
         tctx.configure(addon, ssl_insecure=True)
         second = addon._upstream()
         await asyncio.sleep(0)  # the retirement task runs
-        assert first is not second and first._retired and first._client.is_closed
+        assert first is not second and first._retired and first.closed
         assert second.options.verify is False
         await second.retire()
 

@@ -61,7 +61,7 @@ async def serve() -> AsyncIterator:
 async def test_a_kept_alive_connection_dropped_unanswered_is_retried_on_a_new_one(serve):
     server = Server()
     url = await serve(server)
-    client = UpstreamClient(UpstreamOptions())
+    client = UpstreamClient(UpstreamOptions(), pools=1)  # one pool: the second request reuses the connection
     first = await client.open(url, [("content-type", "application/json")], b"{}")
     assert first.status == 200 and await first.read() == b'{"ok":true}'
     second = await client.open(url, [("content-type", "application/json")], b"{}")
@@ -78,3 +78,18 @@ async def test_a_server_that_never_answers_gets_one_retry_then_a_502(serve):
     assert answer.status == 502 and b"could not reach the upstream" in await answer.read()
     assert server.requests == 2
     await client.retire()
+
+
+async def test_a_session_keeps_to_its_pool(serve):
+    """Each pool keeps its own connections, and a session's requests all go to the same one: its
+    requests reuse one connection, and another session's pool opens its own."""
+    server = Server(drop_reused=False)
+    url = await serve(server)
+    client = UpstreamClient(UpstreamOptions(), pools=2)
+    one, other = next((a, b) for a in "abcdefgh" for b in "abcdefgh" if hash(a) % 2 != hash(b) % 2)
+    for session in (one, one, one, other, other):
+        answer = await client.open(url, [("content-type", "application/json")], b"{}", session)
+        assert answer.status == 200 and await answer.read() == b'{"ok":true}'
+    assert server.requests == 5 and server.connections == 2
+    await client.retire()
+    assert client.closed

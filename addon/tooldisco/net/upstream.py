@@ -46,28 +46,41 @@ class UpstreamOptions:
     read_timeout: float = 600.0  # between two chunks of an answer: models think
 
 
-class UpstreamClient:
-    """An ``httpx.AsyncClient`` with the proxy's upstream options, counted while in use so
-    that a retired client (options changed) closes once its last answer is read."""
+# Connection pools the client's requests are spread over, a session's always in the same one
+# (so its rounds and turns reuse its kept-alive connection, as with one pool). httpcore's pool
+# looks at every connection it holds each time a request comes or goes (a readability check
+# per idle socket, and a count of all of them per idle one): with a hundred agents streaming
+# at once that was 15% of the proxy's CPU (py-spy, ``scripts/bench_load.py``). Eight pools of a
+# few connections each cost a fraction of that.
+POOLS = 8
 
-    def __init__(self, options: UpstreamOptions, transport: httpx.AsyncBaseTransport | None = None) -> None:
+
+class UpstreamClient:
+    """``httpx.AsyncClient``s (``POOLS`` of them, one per session) with the proxy's upstream
+    options, counted while in use so that a retired client (options changed) closes once its
+    last answer is read."""
+
+    def __init__(self, options: UpstreamOptions, transport: httpx.AsyncBaseTransport | None = None,
+                 pools: int = POOLS) -> None:
         self.options = options
-        self._client = httpx.AsyncClient(
-            verify=_verify(options),
+        verify = _verify(options)  # one TLS context for every pool: it loads the CA store
+        self._clients = [httpx.AsyncClient(
+            verify=verify,
             proxy=_proxy(options),
             timeout=httpx.Timeout(options.read_timeout, connect=options.connect_timeout),
             trust_env=False,  # mitmproxy's options decide, not the proxy process's environment
             transport=transport,
-        )
+        ) for _ in range(1 if transport is not None else pools)]
         self._in_use = 0
         self._retired = False
 
-    async def open(self, url: str, headers: Sequence[tuple[str, str]], body: bytes) -> Answer:
-        """POST ``body``; the answer's body is read as it arrives (decoded, no content-encoding)."""
+    async def open(self, url: str, headers: Sequence[tuple[str, str]], body: bytes, session: str = "") -> Answer:
+        """POST ``body`` (on ``session``'s pool); the answer's body is read as it arrives
+        (decoded, no content-encoding)."""
         sent = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP] + [("accept-encoding", "identity")]
         self._in_use += 1
         try:
-            response = await self._send(url, sent, body)
+            response = await self._send(self._clients[hash(session) % len(self._clients)], url, sent, body)
         except httpx.HTTPError as e:  # no answer at all: a 502 in the common error shape, so clients retry
             await self._release()
             logger.warning("upstream request failed: {}", type(e).__name__)
@@ -97,14 +110,15 @@ class UpstreamClient:
         kept = [(k, v) for k, v in response.headers.multi_items() if k.lower() != "content-encoding"]
         return Answer(response.status_code, kept, chunks(), close)
 
-    async def _send(self, url: str, headers: list[tuple[str, str]], body: bytes) -> httpx.Response:
+    @staticmethod
+    async def _send(client: httpx.AsyncClient, url: str, headers: list[tuple[str, str]], body: bytes) -> httpx.Response:
         """Send once more on a new connection when the server closed a kept-alive one without
         answering (``STALE``): it dropped an idle connection as we reused it, which says nothing
         of the request. Any other failure, and a second one, is the caller's."""
         for attempt in (1, 2):
-            request = self._client.build_request("POST", url, headers=headers, content=body)
+            request = client.build_request("POST", url, headers=headers, content=body)
             try:
-                return await self._client.send(request, stream=True)
+                return await client.send(request, stream=True)
             except STALE as e:
                 if attempt == 2:
                     raise
@@ -114,13 +128,21 @@ class UpstreamClient:
     async def _release(self) -> None:
         self._in_use -= 1
         if self._retired and self._in_use == 0:
-            await self._client.aclose()
+            await self._close()
 
     async def retire(self) -> None:
         """Close now if idle, else when the last answer in flight is done."""
         self._retired = True
         if self._in_use == 0:
-            await self._client.aclose()
+            await self._close()
+
+    async def _close(self) -> None:
+        for client in self._clients:
+            await client.aclose()
+
+    @property
+    def closed(self) -> bool:
+        return all(client.is_closed for client in self._clients)
 
 
 def _verify(options: UpstreamOptions) -> ssl.SSLContext | bool:
