@@ -381,10 +381,9 @@ class GeminiAdapter(AdapterDefaults):
         """Bytes fields (``thoughtSignature``, inline data) in one base64 alphabet: google-genai
         decodes them and sends them back URL-safe; the API reads either. No functionCall ids: a
         client gives a call the API left without one an id of its own (Gemini CLI does; ``adopt``
-        carries it into the restored turn). A run of model contents
-        as one, its text parts folded as a stream is assembled (``streams.gemini.fold_parts``): a
-        streamed answer comes in one part (or one content) per chunk, which a client may keep as
-        they came or join."""
+        carries it into the restored turn). A run of model contents as one, its text parts folded
+        as a stream is assembled (``streams.gemini.fold_parts``): a streamed answer comes in one
+        part (or one content) per chunk, which a client may keep as they came or join."""
         from ..streams.gemini import fold_parts
 
         out: list[Any] = []
