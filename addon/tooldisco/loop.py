@@ -77,7 +77,8 @@ class PhantomLoop:
         """``body`` is the request as forwarded, ``message`` the first upstream answer."""
         self._body = body
         self._loaded = set(self.forwarded)
-        if not self._phantom_calls(message) and not self._targets(message):
+        ours = {self.phantom} | ({self.dispatch.name} if self.dispatch is not None else set())
+        if not any(c.name in ours for c in self.adapter.calls(message)):
             return Finish(message, "no_phantom")
         return self.receive(message)
 

@@ -236,6 +236,21 @@ def edit_elements(body: str, path: Sequence[str], edit: Callable[[str], str | No
     return "".join(pieces) + body[at:] if pieces else body
 
 
+def wrap_history(body: str, path: Sequence[str], names: Collection[str], dispatcher: str, marker: str,
+                 called: Callable[[str], tuple[str, ...]], rewrite: Callable[[str, str, frozenset[str]], str]) -> str:
+    """Call-through's request side (``CallThroughAdapter.wrap``), shared: each history entry
+    that calls (``called``: memoised per entry text) a tool in ``names`` rewritten by
+    ``rewrite(text, dispatcher, those names)`` (memoised too: every request carries the whole
+    history again); an entry without ``marker`` in its text is skipped unread."""
+    def wrapped(text: str) -> str | None:
+        if marker not in text:
+            return None
+        hit = frozenset(n for n in called(text) if n in names)
+        return rewrite(text, dispatcher, hit) if hit else None
+
+    return edit_elements(body, path, wrapped)
+
+
 def sum_usage(usages: Iterable[Any]) -> Any:
     """Add integer counts key by key (nested too); other values: the last one wins."""
     total: Any = None

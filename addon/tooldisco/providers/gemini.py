@@ -23,7 +23,6 @@ from .common import (
     AdapterDefaults,
     append_array,
     check_unique,
-    edit_elements,
     load_object,
     named,
     params_of,
@@ -33,6 +32,7 @@ from .common import (
     sum_usage,
     tool_spans,
     user_text,
+    wrap_history,
 )
 
 if TYPE_CHECKING:
@@ -195,6 +195,22 @@ def _error_response(text: str) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) and list(parsed) == ["error"] else {"error": text}
 
 
+@memoize(4 * MiB)
+def _history_calls(text: str) -> tuple[str, ...]:
+    """The tools a history content calls or answers (functionCall / functionResponse names)."""
+    content = json.loads(text)
+    return tuple(name for p in as_list(as_dict(content).get("parts"))
+                 for key in ("functionCall", "function_call", "functionResponse", "function_response")
+                 if isinstance(name := as_dict(as_dict(p).get(key)).get("name"), str))
+
+
+@memoize(16 * MiB)
+def _wrapped_content(text: str, dispatcher: str, names: frozenset[str]) -> str:
+    """A history content with its calls of ``names`` (and their responses) as the dispatcher's."""
+    content = json.loads(text)
+    return jsonspan.dumps({**content, "parts": [_dispatched(p, names, dispatcher) for p in content["parts"]]})
+
+
 def _dispatched(part: Any, names: Collection[str], dispatcher: str) -> Any:
     """A history part calling (or answering) a deferred tool as the dispatcher's; else ``part``."""
     if not isinstance(part, dict):
@@ -333,19 +349,7 @@ class GeminiAdapter(AdapterDefaults):
         return _edit_calls(message, real)
 
     def wrap(self, body: str, names: Collection[str], dispatcher: str) -> str:
-        def wrapped(text: str) -> str | None:
-            if '"function' not in text:
-                return None
-            content = json.loads(text)
-            parts = content.get("parts") if isinstance(content, dict) else None
-            if not isinstance(parts, list):
-                return None
-            new = [_dispatched(p, names, dispatcher) for p in parts]
-            if all(n is p for n, p in zip(new, parts)):
-                return None
-            return jsonspan.dumps({**content, "parts": new})
-
-        return edit_elements(body, ["contents"], wrapped)
+        return wrap_history(body, ["contents"], names, dispatcher, '"function', _history_calls, _wrapped_content)
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Parts of the first candidate in order, usage summed (details per modality);

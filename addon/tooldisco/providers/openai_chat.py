@@ -15,7 +15,6 @@ from .common import (
     AdapterDefaults,
     append_array,
     check_unique,
-    edit_elements,
     load_object,
     named,
     params_of,
@@ -25,6 +24,7 @@ from .common import (
     replace_array,
     sum_usage,
     user_text,
+    wrap_history,
 )
 
 if TYPE_CHECKING:
@@ -121,6 +121,24 @@ def _edit_calls(message: dict[str, Any], edit: Callable[[dict[str, Any]], dict[s
 def _called(tc: Any) -> Any:
     """The tool a history call names (None when it is not a function call)."""
     return as_dict(as_dict(tc).get("function")).get("name")
+
+
+@memoize(4 * MiB)
+def _history_calls(text: str) -> tuple[str, ...]:
+    """The tools a history message calls (none unless it is an assistant turn)."""
+    message = json.loads(text)
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return ()
+    return tuple(name for tc in as_list(message.get("tool_calls")) if isinstance(name := _called(tc), str))
+
+
+@memoize(16 * MiB)
+def _wrapped_message(text: str, dispatcher: str, names: frozenset[str]) -> str:
+    """An assistant message with its calls of ``names`` as the dispatcher calls they were made as."""
+    message = json.loads(text)
+    message["tool_calls"] = [_dispatched(tc, dispatcher) if _called(tc) in names else tc
+                             for tc in as_list(message.get("tool_calls"))]
+    return jsonspan.dumps(message)
 
 
 def _dispatched(tc: dict[str, Any], dispatcher: str) -> dict[str, Any]:
@@ -231,19 +249,7 @@ class OpenAIChatAdapter(AdapterDefaults):
         return _edit_calls(message, real)
 
     def wrap(self, body: str, names: Collection[str], dispatcher: str) -> str:
-        def wrapped(text: str) -> str | None:
-            if '"tool_calls"' not in text:
-                return None
-            message = json.loads(text)
-            if not isinstance(message, dict) or message.get("role") != "assistant":
-                return None
-            calls = message.get("tool_calls")
-            if not isinstance(calls, list) or not any(_called(tc) in names for tc in calls):
-                return None
-            message["tool_calls"] = [_dispatched(tc, dispatcher) if _called(tc) in names else tc for tc in calls]
-            return jsonspan.dumps(message)
-
-        return edit_elements(body, ["messages"], wrapped)
+        return wrap_history(body, ["messages"], names, dispatcher, '"tool_calls"', _history_calls, _wrapped_message)
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out = dict(rounds[-1])

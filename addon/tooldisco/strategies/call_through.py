@@ -73,6 +73,7 @@ class Dispatch:
         self.search = search  # the search tool's (named in errors)
         self.catalog = catalog  # the deferred tools a call may name
         self.loaded = frozenset(loaded)  # client tools forwarded as they are: a call may name them too
+        self._unknowns: dict[str, str] = {}  # name -> its error: the stitcher and the loop ask for the same call
 
     def target(self, call: ToolCall) -> Target | str:
         """The real call ``call`` stands for, or what the model reads when there is none."""
@@ -117,11 +118,14 @@ class Dispatch:
         return frozenset(t.name for t in self.catalog)
 
     def _unknown(self, name: str) -> str:
+        if (known := self._unknowns.get(name)) is not None:
+            return known
         nearest = name_index(self.catalog).suggest(name) if self.catalog else []
         hint = f" The nearest names: {', '.join(nearest)}." if nearest else ""
         shown = name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS] + "..."  # the model's: untrusted
-        return (f"No tool is named {shown!r}. Search with {self.search} first, then call a tool it "
-                f"returns by its exact name.{hint}")
+        message = self._unknowns[name] = (f"No tool is named {shown!r}. Search with {self.search} first, then "
+                                          f"call a tool it returns by its exact name.{hint}")
+        return message
 
 
 def _error(message: str) -> str:
