@@ -59,13 +59,14 @@ def test_openai_kept_set(mitm, fake, openai_client):
 
 def test_telemetry_line_without_credentials(mitm, fake, anthropic_client):
     anthropic_client.messages.create(
-        model="claude-x", max_tokens=64, tools=anthropic_tools(60),
+        model="claude-x", max_tokens=64, tools=anthropic_tools(61),
         messages=[{"role": "user", "content": "telemetry check: list slack channels"}],
     )
     path = mitm.workdir / "tool_discovery.jsonl"
-    rec = mitm.records()[-1]
+    # Lines are written in the background, the earlier tests' maybe after this one: 61 tools marks it.
+    (rec,) = [r for r in mitm.records(where=lambda r: r.get("total_tools") == 61) if r.get("total_tools") == 61]
     assert rec["provider"] == "anthropic" and rec["strategy"] == "relevance"
-    assert rec["total_tools"] == 60 and rec["kept_tools"] == 25 and rec["deferred_tools"] == 35
+    assert rec["kept_tools"] == 25 and rec["deferred_tools"] == 36
     assert rec["tool_tokens_after"] < rec["tool_tokens_before"] and rec["processing_ms"] >= 0
     text = path.read_text() + mitm.log_text()
     assert "sk-ant-test" not in text and "sk-test" not in text
