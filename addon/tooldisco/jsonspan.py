@@ -113,6 +113,12 @@ def root(text: str) -> Span:
 def find(text: str, path: Path, span: Span | None = None) -> Span | None:
     """The span of the value at ``path`` (keys and indexes), or None if absent."""
     cur = span or root(text)
+    if span is None and path and isinstance(path[0], str):
+        first = _root_member(text, cur, path[0])
+        if first is None:
+            return None
+        if first is not _UNSURE:
+            cur, path = first, path[1:]
     for step in path:
         if isinstance(step, int):
             try:
@@ -131,6 +137,65 @@ def find(text: str, path: Path, span: Span | None = None) -> Span | None:
                 return None
             cur = found[-1]  # JSON parsers keep the last duplicate key
     return cur
+
+
+_UNSURE: Span = (-1, -1)
+_LOOKBACK = 4  # candidates tried from the end before walking the whole object
+
+
+def _root_member(text: str, obj: Span, key: str) -> Span | None:
+    """The value of the root object's member ``key``, found from the end of the text.
+
+    Why: walking the root object decodes every member before the one asked for, and a
+    request's ``messages`` (the whole conversation, most of the body) comes before its
+    ``tools``. The last occurrence of the key's literal is the member when what follows its
+    value is members up to the text's final ``}`` (inside anything nested, a closing bracket
+    would come before that) and none of them has the same key (the last duplicate counts).
+    ``_UNSURE`` when that does not settle it (no literal: the key may be written escaped)."""
+    if text[obj[0]] != "{":
+        return None
+    needle = json.dumps(key)
+    hi = obj[1]
+    for _ in range(_LOOKBACK):
+        at = text.rfind(needle, obj[0] + 1, hi)
+        if at < 0:
+            return _UNSURE
+        hi = at
+        if _escaped(text, at):
+            continue
+        i = _skip_ws(text, at + len(needle))
+        if i >= obj[1] or text[i] != ":":
+            continue
+        start = _skip_ws(text, i + 1)
+        try:
+            end = _value_end(text, start)
+            if _last_members(text, end, obj[1], key):
+                return (start, end)
+        except (ValueError, IndexError):
+            continue
+    return _UNSURE
+
+
+def _escaped(text: str, quote: int) -> bool:
+    """Whether the quote at ``quote`` is escaped (an odd run of backslashes before it)."""
+    i = quote
+    while i > 0 and text[i - 1] == "\\":
+        i -= 1
+    return (quote - i) % 2 == 1
+
+
+def _last_members(text: str, i: int, end: int, key: str) -> bool:
+    """Whether ``text[i:end]`` is ``, "k": v`` members (none keyed ``key``) and the closing ``}``."""
+    i = _skip_ws(text, i)
+    while text[i] == ",":
+        other, i = _DECODER.raw_decode(text, _skip_ws(text, i + 1))
+        if not isinstance(other, str) or other == key:
+            return False
+        i = _skip_ws(text, i)
+        if text[i] != ":":
+            return False
+        i = _skip_ws(text, _value_end(text, _skip_ws(text, i + 1)))
+    return text[i] == "}" and i == end - 1
 
 
 def replace(text: str, span: Span, new: str) -> str:

@@ -1,6 +1,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tooldisco import jsonspan
 
@@ -71,12 +73,70 @@ def test_inside_reusing_a_texts_objects_are_decoded_once_and_nothing_is_kept_aft
     real = jsonspan._members
     monkeypatch.setattr(jsonspan, "_members", lambda text, span: calls.append(span) or real(text, span))
     text = '{"model": "m", "tools": [{"name": "a"}], "messages": []}'
+    top = jsonspan.root(text)
     with jsonspan.reusing(text):
-        assert jsonspan.find(text, ["tools"]) == jsonspan.find(text, ["tools"])
-        assert jsonspan.find(text, ["messages"]) is not None and len(calls) == 1
+        assert jsonspan.find(text, ["tools"], top) == jsonspan.find(text, ["tools"], top)
+        assert jsonspan.find(text, ["messages"], top) is not None and len(calls) == 1
         other = text[:-1] + "}"  # equal, but another text: decoded each time
-        assert jsonspan.members(other, jsonspan.root(other)) == jsonspan.members(text, jsonspan.root(text))
+        assert jsonspan.members(other, jsonspan.root(other)) == jsonspan.members(text, top)
         assert len(calls) == 2
     assert jsonspan._memo.text is None  # the body is not kept past the block
-    jsonspan.find(text, ["tools"])
+    jsonspan.find(text, ["tools"], top)
     assert len(calls) == 3
+
+
+# --- a root member found from the end --------------------------------------------------------
+
+
+def walked(text: str, path: list[str | int]) -> tuple[int, int] | None:
+    """``find`` walking every member from the start (a span given: no search from the end)."""
+    return jsonspan.find(text, path, jsonspan.root(text))
+
+
+@pytest.mark.parametrize("text", [
+    '{"messages": [{"tools": [9]}], "tools": [1], "stream": true}',
+    '{"tools": [1], "messages": [{"content": "x", "tools": [9]}]}',  # only nested ones after it
+    '{"tools": [1], "meta": {"tools": [9]}}',  # the last literal is nested, in the last member
+    '{"tools": [1], "a": [{"tools": [9]}], "b": 2}',
+    '{"a": "say \\"tools\\": [9]", "tools": [1]}',  # inside a string the quotes are escaped
+    '{"my \\"tools": [9], "tools": [1], "z": {}}',  # a key ending in an escaped quote
+    '{"tools": [1], "x": "tools"}',  # a value, not a key
+    '{"tools": [9], "tool\\u0073": [1]}',  # the last duplicate, its key written escaped
+    '{"tool\\u0073": [9], "tools": [1]}',
+    '{"tools":[9],"tools":[1]}',
+    ' {\n "tools" :\t[1] ,\n "b" : { } \n}\n ',
+    '{"messages": [], "m": "\\\\", "tools": [1]}',  # an escaped backslash before a real quote
+])
+def test_a_root_member_from_the_end_is_the_one_a_parser_keeps(text):
+    span = jsonspan.find(text, ["tools"])
+    assert span == walked(text, ["tools"])
+    assert json.loads(text[span[0]:span[1]]) == json.loads(text)["tools"] == [1]
+
+
+@pytest.mark.parametrize("text", ['{"a": {"tools": [1]}}', '{"a": [{"tools": 1}], "b": {"tools": 2}}', "[1]",
+                                  '{"tool\\u0073x": 1}'])
+def test_a_nested_member_is_not_a_root_member(text):
+    assert jsonspan.find(text, ["tools"]) is None
+
+
+_keys = st.sampled_from(["tools", "messages", "a", 'x"tools', "tools\\", "tool"])
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.sampled_from(["tools", '"tools": [1]', "\\", 'a"b']),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(members=st.lists(st.tuples(_keys, _json), max_size=5), spaced=st.booleans(), escaped=st.integers(0, 4))
+@settings(max_examples=400, deadline=None)
+def test_from_the_end_agrees_with_the_walk(members, spaced, escaped):
+    sep = ", " if spaced else ","
+    text = "{" + sep.join(f"{json.dumps(k)}: {json.dumps(v)}" if spaced else f"{json.dumps(k)}:{json.dumps(v)}"
+                          for k, v in members) + "}"
+    keys = [i for i in range(len(text)) if text.startswith('"tools":', i)]
+    if escaped < len(keys):  # one "tools" key (at any depth) written with an escape
+        at = keys[escaped]
+        text = text[:at] + '"tool\\u0073"' + text[at + len('"tools"'):]
+    for key in ("tools", "messages", "a"):
+        assert jsonspan.find(text, [key]) == walked(text, [key])
+        assert jsonspan.find(text, [key, 0]) == walked(text, [key, 0])
