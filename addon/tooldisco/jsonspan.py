@@ -33,10 +33,10 @@ def _value_end(text: str, i: int) -> int:
     return end
 
 
-# A request's body is searched several times while it is planned (its tools, its history),
-# each search decoding every member of the root object on the way. Inside ``reusing(text)``
-# the members of that text's objects are decoded once (per thread); outside, nothing is kept,
-# so no body outlives the request that brought it.
+# A request's body is searched several times while it is planned (its tools, its history).
+# Inside ``reusing(text)`` the members of that text's objects (keyed by the object's span) and
+# its root members found from the end (keyed ``(key, None)``) are decoded once (per thread);
+# outside, nothing is kept, so no body outlives the request that brought it.
 _memo = threading.local()
 
 
@@ -86,19 +86,24 @@ def _members(text: str, span: Span) -> list[tuple[str, Span]]:
 
 def elements(text: str, span: Span) -> list[Span]:
     """The span of each element of the array at ``span``."""
-    i = _skip_ws(text, span[0])
+    return _array(text, span[0])[0]
+
+
+def _array(text: str, start: int) -> tuple[list[Span], int]:
+    """The element spans of the array at ``start``, and where it ends."""
+    i = _skip_ws(text, start)
     if text[i] != "[":
         raise ValueError("not an array")
     out: list[Span] = []
     i = _skip_ws(text, i + 1)
     if text[i] == "]":
-        return out
+        return out, i + 1
     while True:
         end = _value_end(text, i)
         out.append((i, end))
         i = _skip_ws(text, end)
         if text[i] == "]":
-            return out
+            return out, i + 1
         if text[i] != ",":
             raise ValueError("expected ',' or ']'")
         i = _skip_ws(text, i + 1)
@@ -114,7 +119,7 @@ def find(text: str, path: Path, span: Span | None = None) -> Span | None:
     """The span of the value at ``path`` (keys and indexes), or None if absent."""
     cur = span or root(text)
     if span is None and path and isinstance(path[0], str):
-        first = _root_member(text, cur, path[0])
+        first = _root_member(text, cur, path[0])[0]
         if first is None:
             return None
         if first is not _UNSURE:
@@ -139,11 +144,28 @@ def find(text: str, path: Path, span: Span | None = None) -> Span | None:
     return cur
 
 
+def find_elements(text: str, path: Path) -> list[Span] | None:
+    """The span of each element of the array at ``path`` (None if absent; ValueError if it is
+    not an array). A root member's array is decoded once, not once to find it and again for
+    its elements."""
+    if len(path) == 1 and isinstance(path[0], str):
+        span, items = _root_member(text, root(text), path[0])
+        if span is None:
+            return None
+        if span is not _UNSURE:
+            if items is None:
+                raise ValueError("not an array")
+            return items
+    span = find(text, path)
+    return None if span is None else elements(text, span)
+
+
 _UNSURE: Span = (-1, -1)
 _LOOKBACK = 4  # candidates tried from the end before walking the whole object
+_Member = tuple[Span | None, list[Span] | None]  # the value's span and, for an array, its elements
 
 
-def _root_member(text: str, obj: Span, key: str) -> Span | None:
+def _root_member(text: str, obj: Span, key: str) -> _Member:
     """The value of the root object's member ``key``, found from the end of the text.
 
     Why: walking the root object decodes every member before the one asked for, and a
@@ -151,15 +173,26 @@ def _root_member(text: str, obj: Span, key: str) -> Span | None:
     ``tools``. The last occurrence of the key's literal is the member when what follows its
     value is members up to the text's final ``}`` (inside anything nested, a closing bracket
     would come before that) and none of them has the same key (the last duplicate counts).
-    ``_UNSURE`` when that does not settle it (no literal: the key may be written escaped)."""
+    ``_UNSURE`` when that does not settle it (no literal: the key may be written escaped).
+    Inside ``reusing(text)`` each key is looked up once."""
+    memo = _memo.found if getattr(_memo, "text", None) is text else None
+    if memo is not None and (key, None) in memo:
+        return memo[(key, None)]
+    found = _from_the_end(text, obj, key)
+    if memo is not None:
+        memo[(key, None)] = found
+    return found
+
+
+def _from_the_end(text: str, obj: Span, key: str) -> _Member:
     if text[obj[0]] != "{":
-        return None
+        return None, None
     needle = json.dumps(key)
     hi = obj[1]
     for _ in range(_LOOKBACK):
         at = text.rfind(needle, obj[0] + 1, hi)
         if at < 0:
-            return _UNSURE
+            return _UNSURE, None
         hi = at
         if _escaped(text, at):
             continue
@@ -168,12 +201,12 @@ def _root_member(text: str, obj: Span, key: str) -> Span | None:
             continue
         start = _skip_ws(text, i + 1)
         try:
-            end = _value_end(text, start)
+            items, end = _array(text, start) if text[start] == "[" else (None, _value_end(text, start))
             if _last_members(text, end, obj[1], key):
-                return (start, end)
+                return (start, end), items
         except (ValueError, IndexError):
             continue
-    return _UNSURE
+    return _UNSURE, None
 
 
 def _escaped(text: str, quote: int) -> bool:

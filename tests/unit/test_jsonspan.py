@@ -1,3 +1,4 @@
+import contextlib
 import json
 
 import pytest
@@ -140,3 +141,11 @@ def test_from_the_end_agrees_with_the_walk(members, spaced, escaped):
     for key in ("tools", "messages", "a"):
         assert jsonspan.find(text, [key]) == walked(text, [key])
         assert jsonspan.find(text, [key, 0]) == walked(text, [key, 0])
+        span = walked(text, [key])
+        if span is None or text[span[0]] != "[":
+            with pytest.raises(ValueError) if span is not None else contextlib.nullcontext():
+                assert jsonspan.find_elements(text, [key]) is None
+        else:
+            assert jsonspan.find_elements(text, [key]) == jsonspan.elements(text, span)
+        with jsonspan.reusing(text):  # the same, looked up twice
+            assert jsonspan.find(text, [key]) == jsonspan.find(text, [key]) == span

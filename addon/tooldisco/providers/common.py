@@ -172,13 +172,11 @@ def _tool_spans(body: str, path: tuple[str | int, ...]) -> tuple[str, ...]:
     """Cached: parse, rewrite and breakpoint handling all look at the same request's tools.
     The key holds no body (bodies run to tens of MB): the same string object, its length
     and its hash; only the spans are kept, within a byte budget."""
-    span = jsonspan.find(body, path)
-    if span is None:
-        return ()
     try:
-        return tuple(body[a:b] for a, b in jsonspan.elements(body, span))
+        items = jsonspan.find_elements(body, path)
     except ValueError:
         raise Unsupported(f"{'.'.join(map(str, path))} is not an array") from None
+    return () if items is None else tuple(body[a:b] for a, b in items)
 
 
 def parsed_tools(body: str, path: Sequence[str | int], parse_tool: Callable[[str], Tool]) -> tuple[Tool, ...]:

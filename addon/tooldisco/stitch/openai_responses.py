@@ -48,6 +48,7 @@ import time
 import uuid
 from typing import Any
 
+from .. import jsonspan
 from ..providers.openai_responses import OpenAIResponsesAdapter, echoed_fields, phantom_call
 from ..streams.common import Event, IncompleteStream, StreamError, dumps
 from ..streams.openai_responses import ResponsesStreamDecoder
@@ -66,8 +67,8 @@ class ResponsesStitcher(Stitcher):
     def __init__(self, phantom: str, body: str) -> None:
         super().__init__(phantom)
         self._echo = {key: json.loads(raw) for key, raw in echoed_fields(body).items()}
-        request = json.loads(body)
-        self._model = request.get("model") if isinstance(request, dict) else None
+        model = jsonspan.find(body, ["model"])  # the whole body is the conversation: decode one member
+        self._model = json.loads(body[model[0]:model[1]]) if model is not None else None
         self._seq = 0  # the client's next sequence_number
         self._next_index = 0  # the client's next output_index
         self._shown: dict[str, Any] | None = None  # the finished visible rounds, merged
