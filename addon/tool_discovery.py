@@ -103,8 +103,7 @@ class ToolDiscovery:
                 raise exceptions.OptionsError(f"tool_discovery_config: {e}") from None
             for warning in config.warnings:
                 log.warning(warning)
-            if self.engine:
-                self.engine.close()
+            self._close_engine()
             self.engine = Engine(config)
             td = config.tool_discovery
             log.info(
@@ -115,8 +114,7 @@ class ToolDiscovery:
             self._retire_upstream()  # rebuilt on next use with the new options
 
     def done(self) -> None:
-        if self.engine:
-            self.engine.close()
+        self._close_engine()
         self._retire_upstream()
         self._spawn(self.relay.close())
 
@@ -246,8 +244,8 @@ class ToolDiscovery:
             headers = [(k, v) for k, v in headers if k.lower() != "host"]
             started = time.time()
             first = self.watch.tee(flow_id, url, headers, body, started,
-                                   await runner.timed(client.open(url, headers, body, ctx_.session)))
-            async for item in runner.live(first, self._opener(url, headers, aws, client, flow_id, ctx_.session)):
+                                   await runner.timed(client.open(url, headers, body)))
+            async for item in runner.live(first, self._opener(url, headers, aws, client, flow_id)):
                 yield item
 
         port = await self.relay.start()
@@ -290,7 +288,7 @@ class ToolDiscovery:
         first = self.watch.tee(flow.id, flow.request.url, list(flow.request.headers.items(multi=True)),
                                flow.request.content or b"", flow.request.timestamp_start, first, whole=body)
         opener = self._opener(flow.request.url, list(flow.request.headers.items(multi=True)), aws, self._upstream(),
-                              flow.id, ctx_.session)
+                              flow.id)
         reply = await self.engine.runner(ctx_).buffered(first, opener)
         response = flow.response
         response.status_code = reply.status
@@ -316,17 +314,15 @@ class ToolDiscovery:
 
     # --- the proxy's own requests ---------------------------------------------------------
 
-    def _opener(self, url: str, headers: list[tuple[str, str]], aws: Any, client: UpstreamClient, flow_id: str,
-                session: str):
+    def _opener(self, url: str, headers: list[tuple[str, str]], aws: Any, client: UpstreamClient, flow_id: str):
         """How the runner sends a body where this flow went: the flow's final headers, the
-        body plain (so no content-encoding), re-signed when the client used SigV4, on the
-        session's connection pool. Each round is shown in mitmweb as the proxy's own flow
-        (``tooldisco_watch``)."""
+        body plain (so no content-encoding), re-signed when the client used SigV4. Each round
+        is shown in mitmweb as the proxy's own flow (``tooldisco_watch``)."""
         base = [(k, v) for k, v in headers if k.lower() not in ("content-encoding", relay_mod.HEADER)]
 
         async def open_(body: bytes) -> Answer:
             sent, started = _signed(url, base, body, aws), time.time()
-            return self.watch.tee(flow_id, url, sent, body, started, await client.open(url, sent, body, session))
+            return self.watch.tee(flow_id, url, sent, body, started, await client.open(url, sent, body))
 
         return open_
 
@@ -334,6 +330,11 @@ class ToolDiscovery:
         if self.upstream is None:
             self.upstream = UpstreamClient(_upstream_options())
         return self.upstream
+
+    def _close_engine(self) -> None:
+        if self.engine:
+            self._spawn(self.engine.selector.aclose())
+            self.engine.close()
 
     def _retire_upstream(self) -> None:
         if self.upstream is not None:

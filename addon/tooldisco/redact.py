@@ -66,7 +66,7 @@ def redact_header(name: str, value: str) -> str:
 class RedactingFilter(logging.Filter):
     """Redacts a record's message, arguments, traceback and stack before any handler formats it.
 
-    The message is formatted here (arguments such as an ``httpx.URL`` are not strings), so
+    The message is formatted here (arguments such as a library's URL object are not strings), so
     the record leaves with ``args`` empty. Install it on handlers: a logger's own filters do
     not see records propagated from child loggers."""
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import httpx
+import aiohttp
 
 from .config import ApiConfig
 from .providers.base import Tool
@@ -45,14 +45,14 @@ class FixedRanking(SearcherBase):
 
 
 class SelectorClient:
-    def __init__(self, config: ApiConfig, transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(self, config: ApiConfig):
         self.config = config
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> aiohttp.ClientSession:
+        """Made on first use, inside the event loop that uses it (aiohttp binds a session to its loop)."""
         if self._client is None:
-            self._client = httpx.AsyncClient(transport=self._transport, trust_env=False)
+            self._client = aiohttp.ClientSession(trust_env=False, skip_auto_headers=("User-Agent",))
         return self._client
 
     def payload(self, pattern: str, top_k: int, always_keep: Sequence[str], tools: Sequence[Tool],
@@ -77,7 +77,7 @@ class SelectorClient:
     async def aclose(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
-            await client.aclose()
+            await client.close()
 
     async def select(self, pattern: str, top_k: int, always_keep: Sequence[str], tools: Sequence[Tool]) -> Selection:
         cfg = self.config
@@ -99,7 +99,7 @@ class SelectorClient:
             return Selection([], ms=_ms(started), fallback="timeout")
         except _TooLarge:
             return Selection([], 200, _ms(started), fallback="response_too_large")
-        except httpx.HTTPError as e:
+        except aiohttp.ClientError as e:
             return Selection([], ms=_ms(started), fallback=f"connection_error:{type(e).__name__}")
         ms = _ms(started)
         if status != 200:
@@ -108,15 +108,15 @@ class SelectorClient:
 
     async def _post(self, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         limit = self.config.max_response_bytes
-        async with self._http().stream("POST", self.config.endpoint or "", content=body, headers=headers,
-                                       timeout=self.config.timeout) as r:
+        async with self._http().post(self.config.endpoint or "", data=body, headers=headers, allow_redirects=False,
+                                     timeout=aiohttp.ClientTimeout(total=self.config.timeout)) as r:
             chunks, size = [], 0
-            async for chunk in r.aiter_bytes():
+            async for chunk in r.content.iter_any():
                 size += len(chunk)
                 if size > limit:
                     raise _TooLarge
                 chunks.append(chunk)
-            return r.status_code, b"".join(chunks)
+            return r.status, b"".join(chunks)
 
 
 class _TooLarge(Exception):

@@ -2,9 +2,11 @@
 
 import asyncio
 import json
+import socket
+from collections.abc import AsyncIterator
 
-import httpx
 import pytest
+from aiohttp import web
 
 from tooldisco.config import ApiConfig
 from tooldisco.providers.base import Tool
@@ -15,25 +17,50 @@ TOOLS = [Tool(f"tool_{i}", json.dumps({"name": f"tool_{i}", "input_schema": {"ty
 KNOWN = {t.name for t in TOOLS}
 
 
-def client(handler, **cfg):
-    config = ApiConfig(endpoint="http://selector.test/v1/tool-discovery/search", **cfg)
-    return SelectorClient(config, transport=httpx.MockTransport(handler))
+@pytest.fixture
+async def client() -> AsyncIterator:
+    """``client(handler, **cfg)``: a SelectorClient of a real local server that answers with
+    ``await handler(request)`` (an ``aiohttp.web`` request and response)."""
+    runners, clients = [], []
+
+    async def make(handler, **cfg) -> SelectorClient:
+        app = web.Application()
+        app.router.add_post("/v1/tool-discovery/search", handler)
+        runner = web.AppRunner(app, handler_cancellation=True)  # a client that gives up cancels the handler
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = runner.addresses[0][1]
+        made = SelectorClient(ApiConfig(endpoint=f"http://127.0.0.1:{port}/v1/tool-discovery/search", **cfg))
+        clients.append(made)
+        return made
+
+    yield make
+    for c in clients:
+        await c.aclose()
+    for r in runners:
+        await r.cleanup()
 
 
 def answer(payload, status=200):
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    return lambda request: httpx.Response(status, content=body)
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    return handler
 
 
-async def test_contract_request_and_ranked_answer():
+async def test_contract_request_and_ranked_answer(client):
     seen = {}
 
-    def handler(request):
+    async def handler(request):
         seen["auth"] = request.headers.get("authorization")
-        seen["body"] = json.loads(request.content)
-        return httpx.Response(200, json={"selected_names": ["tool_3", "nope", "tool_1", "tool_3"]})
+        seen["body"] = json.loads(await request.read())
+        return web.json_response({"selected_names": ["tool_3", "nope", "tool_1", "tool_3"]})
 
-    sel = await client(handler, api_key="secret-key").select("find 3", 5, ["tool_0"], TOOLS)
+    sel = await (await client(handler, api_key="secret-key")).select("find 3", 5, ["tool_0"], TOOLS)
     assert sel.names == ["tool_3", "tool_1"] and sel.fallback is None and sel.status == 200
     assert seen["auth"] == "Bearer secret-key"
     body = seen["body"]
@@ -42,28 +69,28 @@ async def test_contract_request_and_ranked_answer():
                                 "definition": {"name": "tool_0", "input_schema": {"type": "object"}}}
 
 
-async def test_names_only_when_redacting():
+async def test_names_only_when_redacting(client):
     seen = {}
 
-    def handler(request):
-        seen["tools"] = json.loads(request.content)["tools"]
-        return httpx.Response(200, json={"selected_names": ["tool_1"]})
+    async def handler(request):
+        seen["tools"] = json.loads(await request.read())["tools"]
+        return web.json_response({"selected_names": ["tool_1"]})
 
-    await client(handler, send_definitions=False).select("q", 5, [], TOOLS)
+    await (await client(handler, send_definitions=False)).select("q", 5, [], TOOLS)
     assert seen["tools"][0] == {"name": "tool_0", "description": "does 0"}
 
 
-async def test_oversized_request_drops_definitions_then_gives_up():
+async def test_oversized_request_drops_definitions_then_gives_up(client):
     seen = []
 
-    def handler(request):
-        seen.append(json.loads(request.content)["tools"][0])
-        return httpx.Response(200, json={"selected_names": ["tool_1"]})
+    async def handler(request):
+        seen.append(json.loads(await request.read())["tools"][0])
+        return web.json_response({"selected_names": ["tool_1"]})
 
     small = len(SelectorClient(ApiConfig()).payload("q", 5, [], TOOLS, definitions=False))
-    sel = await client(handler, max_request_bytes=small + 10).select("q", 5, [], TOOLS)
+    sel = await (await client(handler, max_request_bytes=small + 10)).select("q", 5, [], TOOLS)
     assert sel.names == ["tool_1"] and "definition" not in seen[0]
-    sel = await client(handler, max_request_bytes=small - 10).select("q", 5, [], TOOLS)
+    sel = await (await client(handler, max_request_bytes=small - 10)).select("q", 5, [], TOOLS)
     assert sel.fallback == "request_too_large"
 
 
@@ -77,12 +104,12 @@ async def test_oversized_request_drops_definitions_then_gives_up():
     (answer({"selected_names": ["ghost", "phantom"]}), "unknown_names"),
     (answer({"selected_names": ["tool_1"], "pad": "x" * 5000}), "response_too_large"),
 ])
-async def test_failures_are_fallback_reasons(handler, reason):
-    sel = await client(handler, max_response_bytes=2048).select("q", 5, [], TOOLS)
+async def test_failures_are_fallback_reasons(client, handler, reason):
+    sel = await (await client(handler, max_response_bytes=2048)).select("q", 5, [], TOOLS)
     assert sel.fallback == reason and sel.names == []
 
 
-async def test_timeout_is_a_hard_cap():
+async def test_timeout_is_a_hard_cap(client):
     """A selector that never answers: the call gives up at its timeout and cancels the request
     (checked by what happened to the request, not by a clock)."""
     events = []
@@ -95,16 +122,22 @@ async def test_timeout_is_a_hard_cap():
             events.append("cancelled")
             raise
 
-    sel = await client(never, timeout=0.05).select("q", 5, [], TOOLS)
+    sel = await (await client(never, timeout=0.05)).select("q", 5, [], TOOLS)
     assert sel.fallback == "timeout" and sel.names == []
+    for _ in range(100):  # the server notices the closed connection on its next turn
+        if events == ["asked", "cancelled"]:
+            break
+        await asyncio.sleep(0.01)
     assert events == ["asked", "cancelled"]
 
 
 async def test_connection_error_and_missing_endpoint():
-    def refuse(request):
-        raise httpx.ConnectError("refused")
-
-    assert (await client(refuse).select("q", 5, [], TOOLS)).fallback == "connection_error:ConnectError"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    refused = SelectorClient(ApiConfig(endpoint=f"http://127.0.0.1:{port}/v1/tool-discovery/search"))
+    assert (await refused.select("q", 5, [], TOOLS)).fallback == "connection_error:ClientConnectorError"
+    await refused.aclose()
     assert (await SelectorClient(ApiConfig()).select("q", 5, [], TOOLS)).fallback == "no_endpoint"
 
 

@@ -20,6 +20,7 @@ class Server:
 
     def __init__(self, drop_reused: bool = True, drop_all: bool = False) -> None:
         self.drop_reused, self.drop_all = drop_reused, drop_all
+        self.partial = False  # answer with the first bytes of a longer body, then wait
         self.connections = 0
         self.requests = 0
 
@@ -35,6 +36,11 @@ class Server:
                 self.requests += 1
                 if self.drop_all or (served and self.drop_reused):
                     return  # closed without a status line
+                if self.partial:
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n" + b"x" * 10)
+                    await writer.drain()
+                    await reader.read()  # until the client closes
+                    return
                 writer.write(OK)
                 await writer.drain()
                 served += 1
@@ -61,7 +67,7 @@ async def serve() -> AsyncIterator:
 async def test_a_kept_alive_connection_dropped_unanswered_is_retried_on_a_new_one(serve):
     server = Server()
     url = await serve(server)
-    client = UpstreamClient(UpstreamOptions(), pools=1)  # one pool: the second request reuses the connection
+    client = UpstreamClient(UpstreamOptions())
     first = await client.open(url, [("content-type", "application/json")], b"{}")
     assert first.status == 200 and await first.read() == b'{"ok":true}'
     second = await client.open(url, [("content-type", "application/json")], b"{}")
@@ -80,18 +86,50 @@ async def test_a_server_that_never_answers_gets_one_retry_then_a_502(serve):
     await client.retire()
 
 
-async def test_a_session_keeps_to_its_pool(serve):
-    """Each pool keeps its own connections, and a session's requests all go to the same one: its
-    requests reuse one connection, and another session's pool opens its own."""
+async def test_an_answer_read_to_its_end_keeps_the_connection_and_one_cut_short_closes_it(serve):
     server = Server(drop_reused=False)
     url = await serve(server)
-    client = UpstreamClient(UpstreamOptions(), pools=2)
-    names = [f"session-{i}" for i in range(64)]  # hash() is seeded per process: two that split surely
-    one = names[0]
-    other = next(n for n in names if hash(n) % 2 != hash(one) % 2)
-    for session in (one, one, one, other, other):
-        answer = await client.open(url, [("content-type", "application/json")], b"{}", session)
+    client = UpstreamClient(UpstreamOptions())
+    for _ in range(3):
+        answer = await client.open(url, [("content-type", "application/json")], b"{}")
         assert answer.status == 200 and await answer.read() == b'{"ok":true}'
+    assert server.requests == 3 and server.connections == 1
+    server.partial = True
+    answer = await client.open(url, [], b"{}")
+    assert answer.status == 200
+    await answer.close()  # the client went away while the answer still came
+    server.partial = False
+    answer = await client.open(url, [], b"{}")
+    assert await answer.read() == b'{"ok":true}'
     assert server.requests == 5 and server.connections == 2
     await client.retire()
     assert client.closed
+
+
+async def test_only_the_agents_headers_go_upstream(serve):
+    """Nothing the agent did not send (no client User-Agent, Accept or Content-Type of our own);
+    the agent's own headers keep their order and repeats."""
+    heads: list[bytes] = []
+
+    class Recording(Server):
+        async def handle(self, reader, writer):
+            head = await reader.readuntil(b"\r\n\r\n")
+            heads.append(head)
+            await reader.readexactly(2)
+            writer.write(OK)
+            await writer.drain()
+            writer.close()
+
+    url = await serve(Recording())
+    client = UpstreamClient(UpstreamOptions())
+    sent = [("x-api-key", "k"), ("anthropic-beta", "a"), ("anthropic-beta", "b"), ("host", "elsewhere"),
+            ("connection", "close")]
+    answer = await client.open(url + "?alt=sse&key=a%2Fb", sent, b"{}")
+    assert await answer.read() == b'{"ok":true}'
+    lines = heads[0].decode().split("\r\n")
+    assert lines[0] == "POST /v1/messages?alt=sse&key=a%2Fb HTTP/1.1"
+    names = [line.split(":")[0].lower() for line in lines[1:] if line]
+    assert [n for n in names if n in ("x-api-key", "anthropic-beta")] == ["x-api-key", "anthropic-beta", "anthropic-beta"]
+    assert not {"user-agent", "accept", "content-type", "connection"} & set(names)
+    assert "accept-encoding: identity" in [line.lower() for line in lines]
+    await client.retire()

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-import httpx
+from aiohttp import web
 from mitmproxy import contentviews
 from mitmproxy.addons.view import View
 from mitmproxy.test import taddons, tflow, tutils
@@ -58,28 +58,38 @@ async def run(tmp_path, with_view: bool):
     None) and every body the upstream received from the proxy's own client."""
     received = []
 
-    def upstream(request: httpx.Request) -> httpx.Response:
-        received.append((request.content, dict(request.headers)))
-        return httpx.Response(200, json=FINAL)
+    async def upstream(request: web.Request) -> web.Response:
+        received.append((await request.read(), {k.lower(): v for k, v in request.headers.items()}))
+        return web.json_response(FINAL)
 
+    app = web.Application()
+    app.router.add_post("/v1/messages", upstream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
     addon = tool_discovery.ToolDiscovery()
     view = View()
     with taddons.context(*([view] if with_view else []), addon) as tctx:
         tctx.configure(addon, tool_discovery_config=config(tmp_path / ("v" if with_view else "n")))
         addon.running()
-        addon.upstream = UpstreamClient(UpstreamOptions(), transport=httpx.MockTransport(upstream))
+        addon.upstream = UpstreamClient(UpstreamOptions())
         f = client_flow()
         if with_view:
             view.add([f])
         addon.requestheaders(f)
         await addon.request(f)
         forwarded = f.request.content
+        f.request.url = f"http://127.0.0.1:{port}/v1/messages"  # where the proxy's own rounds go (map_remote)
         f.response = tutils.tresp(content=json.dumps(FIRST).encode(),
                                   headers=[(b"content-type", b"application/json")])
         await addon.response(f)
         addon.watch.response(f)  # the watcher's hook, at the chain's end
         await asyncio.gather(*addon.watch._tasks)
         addon.engine.telemetry.flush()
+        await addon.upstream.retire()
+    await runner.cleanup()
     return f, (view if with_view else None), forwarded, received
 
 
