@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Load: concurrent sessions through plain mitmdump and through the addon (diskcache, Redis), one run.
 
-    .venv/bin/python scripts/bench_load.py [--sessions 100] [--turns 10] [--targets mitmdump,disk,redis] [--pace 0.5,0.02]
+    .venv/bin/python scripts/bench_load.py [--sessions 100] [--turns 10] [--targets mitmdump,disk,redis]
+        [--pace 0.5,0.02] [--think 1]
 
 ``--sessions`` sessions at once, each of ``--turns`` turns one after another, through a real
 mitmdump (``tests/e2e/harness.py``) in front of the fake provider (``tests/fakeprovider``, in
-its own process; unpaced unless ``--pace``), one target after the other on the same workload:
+its own process; unpaced unless ``--pace``), one target after the other on the same workload
+(by default turn by turn, every session's turn t at once: a stress; ``--think`` lets the
+sessions run independently with an agent's pauses between turns):
 
 - ``mitmdump``: plain mitmdump, no addon;
 - ``disk``: mitmdump + the addon on the shipped ``configs/tool_discovery.yaml`` (tool-search),
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import re
 import statistics
 import sys
@@ -221,13 +225,18 @@ async def send(client: httpx.AsyncClient, turn: Turn) -> tuple[int, str]:
 async def drive(pool: dict[int, httpx.AsyncClient], run: str, turns: range, out: Outcome, *, twice: bool = False,
                 nonce: Callable[[int, int], str] = lambda s, t: "",
                 after_turn: Callable[[int, int, bool], Any] | None = None,
-                stop: Callable[[], bool] = lambda: False) -> None:
+                stop: Callable[[], bool] = lambda: False, think: float = 0.0) -> None:
     """Every session of ``pool`` at once, each playing ``turns`` in order (until ``stop()``).
     ``twice``: a searching turn is sent twice and timed as one (plain mitmdump's stand-in for
-    the addon's two rounds). ``after_turn(session, turn, answered right)``."""
+    the addon's two rounds). ``after_turn(session, turn, answered right)``. ``think``: before
+    each turn a session waits a random 0 to ``2 × think`` seconds (not timed), as an agent runs
+    its tools between turns."""
 
     async def session(s: int, client: httpx.AsyncClient) -> None:
+        rng = random.Random(f"{run}-{s}")  # every target gets the same waits
         for t in turns:
+            if think:
+                await asyncio.sleep(rng.uniform(0, 2 * think))
             if stop():
                 return
             turn = turn_request(run, s, t, nonce(s, t))
@@ -325,9 +334,11 @@ def stop_target(t: Target) -> None:
         t.server.stop()
 
 
-def run(names: list[str], fake: Fake, tmp: Path, sessions: int, turns: int) -> list[Target]:
+def run(names: list[str], fake: Fake, tmp: Path, sessions: int, turns: int, think: float = 0.0) -> list[Target]:
     """Every target up at once; turn by turn, all sessions through one target then the next
-    (the order rotating), so a machine whose load drifts weighs on each target alike."""
+    (the order rotating), so a machine whose load drifts weighs on each target alike. With
+    ``think`` the sessions run independently, as agents do: each target plays every turn,
+    one target after the other."""
     targets: list[Target] = []
     run_id = uuid.uuid4().hex[:8]
 
@@ -343,12 +354,14 @@ def run(names: list[str], fake: Fake, tmp: Path, sessions: int, turns: int) -> l
             for t in targets:
                 t.rss_before = t.rss.settled()
                 t.rss.peak = t.rss_before
-            for turn in range(turns):
-                for t in targets[turn % len(targets):] + targets[:turn % len(targets)]:
+            rounds = [(range(turn, turn + 1), targets[turn % len(targets):] + targets[:turn % len(targets)])
+                      for turn in range(turns)] if not think else [(range(turns), targets)]
+            for played, order in rounds:
+                for t in order:
                     cpu = t.rss.cpu()
-                    await drive(pools[t.name], run_id, range(turn, turn + 1), t.outcome, twice=t.name in PLAIN)
+                    await drive(pools[t.name], run_id, played, t.outcome, twice=t.name in PLAIN, think=think)
                     t.cpu += t.rss.cpu() - cpu
-                fake.reset()  # the fake keeps every request it saw
+                    fake.reset()  # the fake keeps every request it saw
         finally:
             for pool in pools.values():
                 await close(pool)
@@ -368,11 +381,13 @@ def run(names: list[str], fake: Fake, tmp: Path, sessions: int, turns: int) -> l
     return targets
 
 
-def report(results: list[Target], sessions: int, turns: int, pace: tuple[float, float]) -> bool:
+def report(results: list[Target], sessions: int, turns: int, pace: tuple[float, float], think: float = 0.0) -> bool:
     paced = (f"the fake paced like a model ({pace[0] * 1000:.0f} ms to the first event, {pace[1] * 1000:.0f} ms "
              "between events)" if any(pace) else "the fake unpaced")
+    flow = (f"sessions independent, 0-{2 * think:g} s between turns (mean {think:g} s)" if think else
+            "all sessions' turn t at once")
     print(f"## {sessions} concurrent sessions x {turns} turns, 4 APIs, streaming and not, "
-          f"{sum(map(searches, range(turns)))} of {turns} turns searching, {paced}\n")
+          f"{sum(map(searches, range(turns)))} of {turns} turns searching, {paced}, {flow}\n")
     print("| proxy | turns | turns/s | p50 ms | p95 ms | p99 ms | mitmdump CPU ms/turn | errors | lost | crossed "
           "| addon fail-open | RSS before MiB | RSS after MiB | RSS peak MiB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -416,6 +431,9 @@ def main() -> None:
     ap.add_argument("--pace", default="0,0", metavar="FIRST,EVERY",
                     help="the fake answers like a model: FIRST seconds before an answer begins, EVERY seconds "
                          "between streamed events (default 0,0: unpaced, so the proxies' own cost is all there is)")
+    ap.add_argument("--think", type=float, default=0.0, metavar="SECONDS",
+                    help="sessions run independently, as agents do, each waiting a random 0 to 2 x SECONDS "
+                         "between its turns (its tools running); default 0: every session's turn t at once")
     args = ap.parse_args()
     try:
         first, every = (float(v) for v in args.pace.split(","))
@@ -429,10 +447,10 @@ def main() -> None:
         fake = LoadFake(tmp / "fake.log")
         try:
             fake.pace(first, every)
-            results = run(targets, fake, tmp, args.sessions, args.turns)
+            results = run(targets, fake, tmp, args.sessions, args.turns, args.think)
         finally:
             fake.stop()
-    ok = report(results, args.sessions, args.turns, (first, every))
+    ok = report(results, args.sessions, args.turns, (first, every), args.think)
     print(f"\n{'PASS' if ok else 'FAIL'}: load acceptance")
     sys.exit(0 if ok else 1)
 
