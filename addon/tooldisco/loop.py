@@ -10,7 +10,8 @@ Rules it obeys:
 - a response with phantom calls only: answer them, inject the found tools, re-forward;
 - a mixed response (phantom + real calls) is never re-forwarded: the provider would
   reject the real calls without results. The real calls go to the client with the
-  phantom part removed; the searches still run, so the found tools come next turn;
+  phantom part removed; the searches still run (``unanswered``), and their results go
+  upstream beside the client's on its next request (``rounds``);
 - at most ``max_loops`` re-forwards, then the last answer goes out stripped;
 - ``native``: found tools are loaded by the results themselves (``ToolResult.loads``), the
   tool list is never touched; classic: they are appended to the tool list; call-through

@@ -10,6 +10,14 @@ settles, the entries the upstream really saw (round one's model turn, the hidden
 shown; a later request whose history carries exactly that message gets them back in its
 place. Anything else (an edited, compacted or re-ordered history) passes as the client sent it.
 
+A mixed turn (the model searched and called a client tool at once) cannot be re-forwarded:
+the client must answer its call first. Its model turn is kept as the model made it, search
+calls included, followed by the results the proxy answered those calls with; when the
+client's next request brings its own results, the hidden ones go first in the same results
+turn (``Adapter.with_results``). So the model finds its search answered, the tools it found
+(call-through's dispatcher, native ``tool_reference`` loads) are known to it, and it does
+not search again.
+
 "Exactly": equal as JSON values (SDKs re-serialize, so key order and whitespace may
 differ), a member set to ``null`` counting as absent, over what the adapter says a client
 must keep (``Adapter.comparable``).
@@ -26,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 from . import jsonspan
 from .bytecache import MiB, memoize
-from .providers.base import Adapter
+from .providers.base import Adapter, ToolResult
 
 MAX_ROUNDS_BYTES = 4 << 20  # a larger turn is not kept: its next request passes as the client sends it
 
@@ -68,26 +76,28 @@ def _spans(body: str, path: Sequence[str]) -> list[tuple[int, int]] | None:
 
 
 def of_turn(adapter: Adapter, first: str, sent: str, last: dict[str, Any], shown: dict[str, Any],
-            hide: Callable[[dict[str, Any]], dict[str, Any]]) -> Rounds | None:
+            hide: Callable[[dict[str, Any]], dict[str, Any]], hidden: Sequence[ToolResult] = ()) -> Rounds | None:
     """What a settled turn really sent: ``first`` the request as first forwarded, ``sent`` the
-    last re-forward, ``last`` the last round's message, ``shown`` the client's (merged) one.
+    last re-forward (``first`` when there was none), ``last`` the last round's message,
+    ``shown`` the client's (merged) one.
 
     The entries the loop appended to the history, then the last round's model turn the way the
-    loop would have sent it on, minus the calls it was never answered for (``hide``: a mixed
-    or a max-loops finish's search calls, ``PhantomLoop.hide``), under the digest of what the
-    client saw. None when the history lives on the server, or
-    when there was no re-forward."""
+    loop would have sent it on, under the digest of what the client saw. ``hidden``: a mixed
+    finish's answers to the calls the client never saw; the turn is kept with those calls and,
+    last, the entries with their results. Without them the calls the loop was never answered
+    for go (``hide``: a max-loops finish's search calls, ``PhantomLoop.hide``). None when the
+    history lives on the server, or when there was neither a re-forward nor a hidden call."""
     path = adapter.history_path(first)
     if path is None:
         return None
     before = _spans(first, path)
     start = 1 if before is None else len(before)  # a string input becomes one message
-    if len(_spans(sent, path) or ()) <= start:
+    if not hidden and len(_spans(sent, path) or ()) <= start:
         return None  # nothing was re-forwarded: the client saw the one real round
-    final = adapter.continue_after(sent, hide(last), [], [])
+    final = adapter.continue_after(sent, last, hidden, []) if hidden else adapter.continue_after(sent, hide(last), [], [])
     spans = _spans(final, path) or []
     entries = [final[a:b] for a, b in spans[start:]]
-    while entries and not adapter.produced(json.loads(entries[-1])):
+    while not hidden and entries and not adapter.produced(json.loads(entries[-1])):
         entries.pop()  # the empty results turn that continue_after opened for no results
     if not entries:
         return None
@@ -113,7 +123,21 @@ def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | Non
         while j < len(texts) and produced[j]:
             j += 1
         if (found := lookup(_run_digest(adapter, tuple(texts[i:j])))) is not None:
-            edits.append((spans[i][0], spans[j - 1][1], ",".join(adapter.adopt(found, texts[i:j]))))
+            # A mixed turn's rounds end with the results of the calls the client never saw.
+            made = len(found)
+            while made and not _produced(adapter, found[made - 1]):
+                made -= 1
+            hidden, end, tail = found[made:], j, []
+            if hidden:
+                while end < len(texts) and not produced[end]:
+                    end += 1
+                merged = adapter.with_results(hidden, texts[j:end])
+                if merged is None:  # no results turn of the client's to join: passes as sent
+                    i = j
+                    continue
+                tail = merged
+            restored = adapter.adopt(found[:made], texts[i:j], hidden)
+            edits.append((spans[i][0], spans[end - 1][1], ",".join([*restored, *tail])))
         i = j
     for a, b, text in reversed(edits):
         body = jsonspan.replace(body, (a, b), text)

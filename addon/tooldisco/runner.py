@@ -25,7 +25,7 @@ from loguru import logger
 from . import jsonspan, rounds
 from .loop import Finish, PhantomLoop, Search, Send
 from .planner import FlowContext
-from .providers.base import CallThroughAdapter, StreamDecoder
+from .providers.base import CallThroughAdapter, StreamDecoder, ToolResult
 from .search.service import SearchService
 from .sessions import SessionState, SessionStore
 from .strategies import native
@@ -197,7 +197,8 @@ class LoopRunner:
         head = ctx.adapter.response_id(finish.message)
         pending = ctx.adapter.pending_items(ctx.body, loop.unanswered) if head and loop.unanswered else []
         shown = shown_id or head
-        sent, last, shown_message = self._sent, self._last, finish.message if seen is None else seen
+        sent, last, shown_message = self._sent or ctx.body, self._last, finish.message if seen is None else seen
+        hidden = list(loop.unanswered) if finish.reason == "mixed" else []
 
         def write() -> None:
             if expanded:
@@ -205,16 +206,17 @@ class LoopRunner:
             if head and shown:
                 self.store.link(ctx.tenant, shown, ctx.session, pending, head if shown != head else None)
             # max_loops: the last round searched only; an unreadable client stream: nothing to match
-            if sent is not None and shown_message and finish.reason in ("done", "mixed"):
-                self._keep_rounds(sent, last, shown_message)
+            if shown_message and finish.reason in ("done", "mixed"):
+                self._keep_rounds(sent, last, shown_message, hidden)
 
         await asyncio.to_thread(write)
 
-    def _keep_rounds(self, sent: str, last: dict[str, Any], shown: dict[str, Any]) -> None:
-        """The real rounds of a turn that re-forwarded, unless they are too large to keep."""
+    def _keep_rounds(self, sent: str, last: dict[str, Any], shown: dict[str, Any], hidden: list[ToolResult]) -> None:
+        """The real rounds of a turn that re-forwarded or hid calls (``hidden``: a mixed
+        finish's answers to them), unless they are too large to keep."""
         ctx = self.ctx
         try:
-            kept = rounds.of_turn(ctx.adapter, ctx.body, sent, last, shown, self.loop.hide)
+            kept = rounds.of_turn(ctx.adapter, ctx.body, sent, last, shown, self.loop.hide, hidden)
         except Exception as e:  # the turn is answered either way; its next request passes as sent
             logger.opt(exception=e).warning("could not record the hidden rounds of a turn")
             return

@@ -24,7 +24,7 @@ from typing import Any
 
 from tests.e2e.harness import ADDON_PATH, REPO_ROOT, ConfigSpec, MitmDump, tail
 from tests.e2e.mcp_server import call_marker, mcp_config
-from tests.fakeprovider import SEARCH_TOOL, Call, FakeProvider, RecordedRequest, Rule, call, reply
+from tests.fakeprovider import SEARCH_TOOL, Call, FakeProvider, RecordedRequest, Rule, call, calls, reply
 from tests.fakeprovider.providers.openai_responses import TOOL_SEARCH
 
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install_agents"
@@ -267,6 +267,9 @@ class McpCase:
     env: tuple[tuple[str, str], ...] = ()
     model: str = "gpt-5"  # Codex only: the model in its config.toml
     extra_rules: tuple[Rule, ...] = ()
+    #: A second search, made in the same step as the call of the tool the first one found (a
+    #: mixed turn: the proxy cannot answer it before the client answers the call).
+    mixed: str | None = None
 
     @property
     def marker(self) -> str:
@@ -275,12 +278,16 @@ class McpCase:
 
     def script(self) -> list[Rule]:
         """Search only while the tool is not loaded, with the client's own search tool or else the
-        proxy's (classic, or native Responses ``tool_search``); call the tool; answer."""
+        proxy's (classic, or native Responses ``tool_search``); call the tool (``mixed``: with a
+        second search in the same step); answer."""
         own = [Rule(calls=[self.own_search], times=1, not_offered=[self.target])] if self.own_search else []
+        mixed = [] if self.mixed is None else [
+            calls((SEARCH_TOOL, {"query": self.mixed}), (self.target, MCP_ARGS), times=1, no_result_for=[])]
         return [
             *self.extra_rules,
             *own,
             *(call(name, {"query": MCP_QUERY}, times=1, not_offered=[self.target]) for name in PROXY_SEARCHES),
+            *mixed,
             call(self.target, MCP_ARGS),
             reply("The secret manager says:", echo_last_result=True),
         ]
@@ -316,6 +323,10 @@ MCP_CASES = {
                 own_search=Call("tool_search", {"query": "get secret cloud secret manager", "limit": 8})),
         # Gemini CLI: one flat list, MCP tools named mcp_<server>_<tool>.
         McpCase("gemini", "gemini", "gemini", f"mcp_{MCP_SERVER}_{MCP_TOOL}", extra_rules=(GEMINI_ROUTER,)),
+        # ... whose model calls the tool it found and searches again in one step: the second
+        # search is answered on the next request, beside the tool's result.
+        McpCase("gemini-mixed", "gemini", "gemini", f"mcp_{MCP_SERVER}_{MCP_TOOL}", extra_rules=(GEMINI_ROUTER,),
+                mixed="read a file"),
     )
 }
 

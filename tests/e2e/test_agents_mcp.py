@@ -84,6 +84,8 @@ def test_agent_calls_an_mcp_tool(
         _check_stays_out(out)
     elif proxy.name == "tool-search":
         _check_defers(out)
+        if case.mixed is not None:
+            _check_mixed(out)
 
 
 def _check_stays_out(out: McpRun) -> None:
@@ -112,6 +114,22 @@ def _check_defers(out: McpRun) -> None:
         after = out.upstream[-1]
         history = json.dumps(after.json.get("messages") or after.json.get("input") or after.json.get("contents"))
         assert after.nth > calling.nth and (SEARCH_TOOL in history or '"tool_search_call"' in history), out.report()
+
+
+def _check_mixed(out: McpRun) -> None:
+    """The model called the tool it found and searched again in one step: the client ran the
+    tool, and its next request went upstream with that step as the model made it and both
+    answers, the search's first; the search was not made a third time."""
+    made = [c["name"] for r in out.upstream if r.reply for c in r.reply["calls"]]
+    assert made.count(SEARCH_TOOL) == 2, out.report()
+    step = [SEARCH_TOOL, DISPATCHER]
+    mixed = next(r for r in out.upstream if r.reply and [c["name"] for c in r.reply["calls"]] == step)
+    contents = next(r for r in out.upstream if r.nth > mixed.nth).json["contents"]
+    i = next(i for i, c in enumerate(contents)
+             if [p["functionCall"]["name"] for p in c["parts"] if "functionCall" in p] == step)
+    answered = [p["functionResponse"] for p in contents[i + 1]["parts"]]
+    assert [a["name"] for a in answered] == step, out.report()
+    assert out.case.marker in json.dumps(answered[1]) and "read" in json.dumps(answered[0]), out.report()
 
 
 def _offered(api: str, body: dict) -> list[str]:

@@ -336,7 +336,9 @@ def test_chat_dispatched_and_direct_calls_keep_their_order(
 @pytest.mark.parametrize("stream", [False, True])
 def test_chat_mixed_search_and_dispatched_call(proxy: MitmDump, fk: FakeProvider, stream: bool) -> None:
     """Round two searches again and calls the found tool at once: the client gets the call, the
-    search is never answered upstream (no third round); turn 2 continues round one's exchange."""
+    search is not answered upstream before the call's result (no third round); turn 2 continues
+    round one's exchange, round two as the model made it, and both calls' results, the
+    search's first."""
     fk.set_script([search("weather forecast", nth=1),
                    calls((SEARCH_TOOL, {"query": "more"}), (TARGET, ARGS), nth=2, no_result_for=[]),
                    reply("Forecast:", echo_last_result=True)])
@@ -354,8 +356,11 @@ def test_chat_mixed_search_and_dispatched_call(proxy: MitmDump, fk: FakeProvider
     assert [c["name"] for c in second.reply["calls"]] == [SEARCH_TOOL, DISPATCHER]  # type: ignore[index]
     before, after = second.json["messages"], third.json["messages"]
     assert after[:len(before)] == before
-    answer = after[len(before)]  # round two's turn without the search call it never answered
-    assert [c["function"]["name"] for c in answer["tool_calls"]] == [DISPATCHER]
+    answer = after[len(before)]  # round two's turn as the model made it
+    assert [c["function"]["name"] for c in answer["tool_calls"]] == [SEARCH_TOOL, DISPATCHER]
+    results = after[len(before) + 1:len(before) + 3]
+    assert [r["tool_call_id"] for r in results] == [c["id"] for c in answer["tool_calls"]]
+    assert TARGET in results[0]["content"] and results[1]["content"] == "sunny"
     check_cached(third, second)
 
 
@@ -509,7 +514,8 @@ def test_gemini_unknown_tool(proxy: MitmDump, fk: FakeProvider, stream: bool) ->
 def test_gemini_refused_beside_a_real_call(proxy: MitmDump, fk: FakeProvider, stream: bool) -> None:
     """A step with a dispatcher call naming no tool and a real call: the client gets the real
     call (signed), the refused one is hidden and not re-forwarded (the real call needs the
-    client's result); the next turn validates."""
+    client's result); the next turn goes on from the step as the model made it (its first call
+    signed), the refusal answered first beside the client's result, and validates."""
     fk.set_script([Rule(calls=[Call(DISPATCHER, {"name": "no_such_tool", "arguments": {}}), Call(*READ)], times=1),
                    reply("Done:", echo_last_result=True)])
     mark = telemetry_mark(proxy)
@@ -526,9 +532,42 @@ def test_gemini_refused_beside_a_real_call(proxy: MitmDump, fk: FakeProvider, st
     assert "".join(p.text or "" for p in parts2) == 'Done:\nlast tool result: {"output":"hello"}'
     first, second = ok(fk.api_requests("gemini"))
     assert [[p["functionCall"]["name"] for p in c["parts"] if "functionCall" in p]
-            for c in second.json["contents"] if c["role"] == "model"] == [["read_file"]]
+            for c in second.json["contents"] if c["role"] == "model"] == [[DISPATCHER, "read_file"]]
+    responses = [p["functionResponse"] for p in second.json["contents"][-1]["parts"]]
+    assert [r["name"] for r in responses] == [DISPATCHER, "read_file"] and "error" in responses[0]["response"]
     record = new_records(proxy, mark, 2)[0]
     assert record["deferral"] == "call-through" and record["refused_calls"] == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_gemini_mixed_search_and_dispatched_call(proxy: MitmDump, fk: FakeProvider, stream: bool) -> None:
+    """Gemini CLI's case: round two searches again and calls the found tool in one step. The
+    client gets the real call; its next turn goes upstream with the step as the model made it
+    (signed) and both results, the search's first, so the model is not left to search again."""
+    fk.set_script([search("weather forecast", nth=1),
+                   calls((SEARCH_TOOL, {"query": "more"}), (TARGET, ARGS), nth=2, no_result_for=[]),
+                   reply("Forecast:", echo_last_result=True)])
+    client = proxy.genai()
+    contents = [gt.Content(role="user", parts=[gt.Part(text=fresh(QUESTION))])]
+    parts = gemini_turn(client, stream, contents)
+    (fc,) = function_calls(parts)
+    assert fc.name == TARGET and fc.args == ARGS
+    assert len(fk.api_requests("gemini")) == 2
+    contents += [gt.Content(role="model", parts=fold_text(parts)), gt.Content(role="user", parts=[
+        gt.Part.from_function_response(name=TARGET, response={"output": "sunny"})])]
+    parts2 = gemini_turn(client, stream, contents)
+    assert "".join(p.text or "" for p in parts2) == 'Forecast:\nlast tool result: {"output":"sunny"}'
+    first, second, third = ok(fk.api_requests("gemini"))
+    before, after = second.json["contents"], third.json["contents"]
+    assert after[:len(before)] == before
+    model, answer = after[len(before):]
+    calls_made = [p for p in model["parts"] if "functionCall" in p]
+    assert [p["functionCall"]["name"] for p in calls_made] == [SEARCH_TOOL, DISPATCHER]
+    assert calls_made[0]["thoughtSignature"]  # gemini-3 checks the step's first call
+    responses = [p["functionResponse"] for p in answer["parts"]]
+    assert [r["name"] for r in responses] == [SEARCH_TOOL, DISPATCHER]
+    assert TARGET in json.dumps(responses[0]) and responses[1]["response"] == {"output": "sunny"}
+    check_cached(third, second)
 
 
 @pytest.mark.parametrize("stream", [False, True])

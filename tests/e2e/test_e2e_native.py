@@ -19,7 +19,7 @@ from tests.e2e.test_e2e_more_apis import (  # Bedrock: its AWS credential chain,
     aws_chain,  # noqa: F401 (a fixture)
     invoke_body,
 )
-from tests.fakeprovider import SEARCH_TOOL, call, reply, search
+from tests.fakeprovider import SEARCH_TOOL, call, calls, reply, search
 from tests.support.catalog import anthropic_tools
 
 pytestmark = pytest.mark.e2e
@@ -78,6 +78,45 @@ def test_anthropic_search_loads_by_reference_and_the_model_calls_the_found_tool(
     assert {"type": "tool_reference", "tool_name": TARGET} in result["content"]
     assert TARGET in second.tool_names and second.reply["calls"][0]["name"] == TARGET
     assert SEARCH_TOOL not in json.dumps(msg.model_dump())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_mixed_turn_loads_what_it_found_on_the_next_turn(mitm, fake, anthropic_client, stream):
+    """Round two searched and called the tool round one found at once: the client answers its call, and
+    the next request carries the turn as the model made it with the search's result (its
+    ``tool_reference`` loads) first: the found tool is loaded, no second search."""
+    kept = "mcp__github__get_file_contents"
+    fake.set_script([
+        search("github file contents", nth=1),
+        calls((SEARCH_TOOL, {"query": "weather forecast"}), (kept, {"path": "notes.txt"}), nth=2, no_result_for=[]),
+        call(TARGET, {"city": "Paris"}, text="Checking the forecast."),
+        reply("It will be sunny: ", echo_last_result=True),
+    ])
+    messages = [{"role": "user", "content": fresh("Get the github file contents of notes.txt and tell me what to pack")}]
+
+    def ask():
+        kw = dict(model=CLAUDE, max_tokens=256, tools=A_TOOLS, messages=messages)
+        if not stream:
+            return anthropic_client.messages.create(**kw)
+        with anthropic_client.messages.stream(**kw) as s:
+            return s.get_final_message()
+
+    msg = ask()
+    (use,) = [b for b in msg.content if b.type == "tool_use"]
+    assert use.name == kept and SEARCH_TOOL not in json.dumps(msg.model_dump())
+    messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "hello"}]}]
+    msg2 = ask()
+    assert [b.name for b in msg2.content if b.type == "tool_use"] == [TARGET]
+    first, second, third = fake.api_requests("anthropic")
+    assert third.json["tools"] == first.json["tools"]
+    before = second.json["messages"]
+    assert third.json["messages"][:len(before)] == before  # round one's exchange, as it went
+    made, answers = third.json["messages"][len(before):len(before) + 2]
+    assert [b["name"] for b in made["content"] if b["type"] == "tool_use"] == [SEARCH_TOOL, kept]
+    assert {"type": "tool_reference", "tool_name": TARGET} in answers["content"][0]["content"]
+    assert answers["content"][1] == {"type": "tool_result", "tool_use_id": use.id, "content": "hello"}
+    assert TARGET in third.tool_names and third.reply["calls"][0]["name"] == TARGET
 
 
 def test_anthropic_tools_are_byte_identical_over_a_three_turn_session(mitm, fake, anthropic_client):

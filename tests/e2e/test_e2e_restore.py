@@ -176,18 +176,22 @@ def test_anthropic_two_searches_in_one_turn(proxy: MitmDump, fk: FakeProvider, s
     assert call_id in json.dumps(after[len(before)]) and recs[3].prompt["hit_segments"] >= recs[2].prompt["segments"]
 
 
-def test_anthropic_mixed_turn(proxy: MitmDump, fk: FakeProvider) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_mixed_turn(proxy: MitmDump, fk: FakeProvider, stream: bool) -> None:
     """Round two searched again and called the tool at once: the call went to the client, the
-    search never went upstream answered. Turn 2 continues round one's exchange, then round two
-    as the client saw it."""
+    search could not be answered upstream without the call's result. Turn 2 continues round
+    one's exchange, then round two as the model made it, and the results turn answers both
+    calls: the search's result first (the model reads what it found), the client's after."""
     fk.set_script([search("weather", nth=1),
                    calls((SEARCH_TOOL, {"query": "more"}), (TARGET, {"city": "Paris"}), text="On it.", nth=2, no_result_for=[]),
                    reply("Forecast:", echo_last_result=True)])
-    call_id = anthropic_two_turns(proxy, False)
+    call_id = anthropic_two_turns(proxy, stream)
     first, second, third = ok(fk.api_requests("anthropic"))
     assert [c["name"] for c in second.reply["calls"]] == [SEARCH_TOOL, TARGET]  # a mixed round
     before, after = second.json["messages"], third.json["messages"]
     assert after[:len(before)] == before
-    answer = json.dumps(after[len(before)])
-    assert call_id in answer and SEARCH_TOOL not in answer
+    made, answers = after[len(before)], after[len(before) + 1]
+    assert [b["name"] for b in made["content"] if b["type"] == "tool_use"] == [SEARCH_TOOL, TARGET]
+    assert [b["tool_use_id"] for b in answers["content"]] == [c["id"] for c in second.reply["calls"]]
+    assert call_id == answers["content"][1]["tool_use_id"] and "sunny" in json.dumps(answers["content"][1])
     assert third.prompt["hit_segments"] >= second.prompt["segments"]

@@ -3,6 +3,7 @@ for every search backend."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from functools import partial
 
@@ -129,8 +130,13 @@ def test_anthropic_mixed_turn(mitm, fake, anthropic_client):
     messages += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "hello"}]}]
     anthropic_client.messages.create(model="claude-x", max_tokens=256, tools=tools, messages=messages)
-    nxt = fake.api_requests("anthropic")[-1]
+    first, nxt = fake.api_requests("anthropic")
     assert any(n.startswith("mcp__slack__") for n in names_a(nxt)[2:])  # found tools ride along
+    # The model's turn goes on as it made it, its search answered first beside the client's result.
+    made, answers = nxt.json["messages"][1:3]
+    assert [b["name"] for b in made["content"] if b["type"] == "tool_use"] == [SEARCH_TOOL, "read_file"]
+    assert [b["tool_use_id"] for b in answers["content"]] == [b["id"] for b in made["content"] if b["type"] == "tool_use"]
+    assert "mcp__slack__" in json.dumps(answers["content"][0]) and answers["content"][1]["content"] == "hello"
 
 
 def test_anthropic_catastrophic_regex_is_bounded(mitm, fake, anthropic_client):

@@ -231,9 +231,9 @@ def test_a_multi_search_turn_keeps_every_round(api):
     assert len(searches) == 2
 
 
-def test_a_mixed_turn_restores_its_earlier_rounds(api):
-    """Round two searched and called a real tool: it went to the client without its search,
-    and goes upstream the same way, after round one's real exchange."""
+def test_unanswered_calls_are_hidden_without_their_results(api):
+    """Kept without answers to its last round's search calls (a max-loops finish), the last
+    round goes upstream as the client saw it, after round one's real exchange."""
     start = [api.user("forecast for Paris?")]
     turn = run_turn(api, start, [api.answer("looking", [("s1", P)], "r1"),
                                  api.answer("calling", [("s2", P), ("c1", "get_forecast")], "r2")])
@@ -244,11 +244,108 @@ def test_a_mixed_turn_restores_its_earlier_rounds(api):
     assert count == 1 and history_of(api, out) == turn.upstream + [api.result("c1", "get_forecast")]
 
 
+def mixed_turn(api: Api, history: list[Any], answers: list[dict[str, Any]]) -> tuple[list[Any], rounds.Rounds]:
+    """Rounds that searched until the last, which searched and called a client tool at once:
+    what the client was shown, and what is kept (with the answers to the calls it never saw)."""
+    a = api.adapter
+    body = json.dumps(api.body(history))
+    loop = PhantomLoop(a, P, [], max_loops=5)
+    action, sent = loop.start(body, answers[0]), body
+    for nxt in answers[1:]:
+        action = loop.found([Found(ToolResult(c, f"found for {c.id}"), ()) for c in action.calls])
+        assert isinstance(action, Send)
+        sent, action = action.body, loop.receive(nxt)
+    assert isinstance(action, Search)
+    finish = loop.found([Found(ToolResult(c, "found later"), ()) for c in action.calls])
+    assert finish.reason == "mixed" and loop.unanswered
+    kept = rounds.of_turn(a, body, sent, answers[-1], finish.message, loop.hide, loop.unanswered)
+    assert kept is not None
+    return a.shown(finish.message), kept
+
+
+def assert_mixed_restored(api: Api, out: str, start: list[Any], client_result: Any) -> None:
+    """The model's mixed turn as it made it, then one results turn answering all its calls:
+    the hidden search's result first, the client's own after it."""
+    history = history_of(api, out)[len(start):]
+    last = max(i for i, e in enumerate(history) if api.adapter.produced(e))
+    first = last
+    while first and api.adapter.produced(history[first - 1]):
+        first -= 1
+    turn, answers = json.dumps(history[first:last + 1]), history[last + 1:]  # the model turn (Responses: its items)
+    assert P in turn and "get_forecast" in turn
+    text = json.dumps(answers)
+    assert 0 <= text.index("found later") < text.index("sunny")
+    if api.adapter.results_member is None:  # an entry per result: the client's stays as it sent it
+        assert answers[-1] == client_result and len(answers) == 2
+    else:  # one results turn: the client's, the hidden result put first
+        assert len(answers) == 1 and answers[0][api.adapter.results_member][1:] == client_result[api.adapter.results_member]
+
+
+def test_a_mixed_turn_keeps_its_search_answered(api):
+    """Round two searched and called a real tool: the call went to the client without the
+    search; upstream, the turn goes on as the model made it, the search answered beside the
+    client's result, so the model knows what it found and does not search again."""
+    start = [api.user("forecast for Paris?")]
+    shown, kept = mixed_turn(api, start, [api.answer("looking", [("s1", P)], "r1"),
+                                          api.answer("calling", [("s2", P), ("c1", "get_forecast")], "r2")])
+    assert P not in json.dumps(shown)
+    result = api.result("c1", "get_forecast")
+    out, count = rounds.restore(api.adapter, json.dumps(api.body(start + shown + [result])), lookup_kept(kept))
+    assert count == 1
+    assert_mixed_restored(api, out, start, result)
+    assert json.dumps(history_of(api, out)).count("found for") == 1  # round one's exchange too
+
+
+def test_a_first_round_mixed_turn_is_kept(api):
+    """Nothing re-forwarded: still kept, since the client never saw the search."""
+    start = [api.user("forecast for Paris?")]
+    shown, kept = mixed_turn(api, start, [api.answer("calling", [("s1", P), ("c1", "get_forecast")], "r1")])
+    result = api.result("c1", "get_forecast")
+    client = start + shown + [result]
+    out, count = rounds.restore(api.adapter, json.dumps(api.body(client)), lookup_kept(kept))
+    assert count == 1
+    assert_mixed_restored(api, out, start, result)
+    # Every later turn carries the same restored prefix.
+    later = client + [api.answer("done", [], "r2")["candidates"][0]["content"] if api.path == "contents"
+                      else api.adapter.shown(api.answer("done", [], "r2"))[0], api.user("thanks")]
+    again, n = rounds.restore(api.adapter, json.dumps(api.body(later)), lookup_kept(kept))
+    assert n == 1 and history_of(api, again)[:len(history_of(api, out))] == history_of(api, out)
+
+
+def test_a_mixed_turn_without_the_clients_results_passes_as_sent(api):
+    start = [api.user("forecast for Paris?")]
+    shown, kept = mixed_turn(api, start, [api.answer("calling", [("s1", P), ("c1", "get_forecast")], "r1")])
+    body = json.dumps(api.body(start + shown))
+    assert rounds.restore(api.adapter, body, lookup_kept(kept)) == (body, 0)
+
+
+def test_gemini_mixed_turn_gives_the_clients_ids_to_the_calls_it_saw():
+    """Gemini CLI names calls the API left without ids; the hidden search call gets none."""
+    api = APIS["gemini"]
+    start = [api.user("forecast for Paris?")]
+    shown, kept = mixed_turn(api, start, [api.answer("calling", [("s1", P), ("c1", "get_forecast")], "r1")])
+    for part in shown[0]["parts"]:
+        if "functionCall" in part:
+            part["functionCall"]["id"] = "cli-1"
+    result = {"role": "user", "parts": [{"functionResponse": {"id": "cli-1", "name": "get_forecast",
+                                                             "response": {"output": "sunny"}}}]}
+    out, count = rounds.restore(api.adapter, json.dumps(api.body(start + shown + [result])), lookup_kept(kept))
+    assert count == 1
+    model, answers = history_of(api, out)[1:]
+    calls = [p["functionCall"] for p in model["parts"] if "functionCall" in p]
+    assert [(c["name"], c.get("id")) for c in calls] == [(P, None), ("get_forecast", "cli-1")]
+    assert [p["functionResponse"]["name"] for p in answers["parts"]] == [P, "get_forecast"]
+
+
+def lookup_kept(*kept: rounds.Rounds) -> Callable[[str], list[str] | None]:
+    return {k.digest: k.entries for k in kept}.get
+
+
 def test_a_turn_without_a_search_keeps_nothing(api):
     a = api.adapter
     body = json.dumps(api.body([api.user("hi")]))
     answer = api.answer("hello", [], "r1")
-    # A first round that searched and called at once (mixed) is what the client saw: nothing to keep.
+    # One round, no hidden calls answered: what the client saw is what the upstream made.
     assert rounds.of_turn(a, body, body, a.strip(answer, [P]), answer, lambda m: a.strip(m, [P])) is None
 
 

@@ -121,6 +121,33 @@ async def test_the_record_is_written_before_the_client_has_the_answer(engine, mo
     assert len(kept) == 1 and P in kept[0][3][0]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_mixed_turn_goes_on_with_its_search_answered(engine, stream):
+    """Round one searched and called a client tool at once: nothing is re-forwarded, the
+    client gets the call. On its next request the model's turn goes upstream as it was
+    made, the search's result first in the client's results turn."""
+    mixed = message(LOOKING, search_call(), FORECAST)
+
+    async def never(b):
+        raise AssertionError("a mixed round is never re-forwarded")
+
+    ctx = engine.prepare(A, KEY, body(stream=stream)).context
+    runner = engine.runner(ctx)
+    if stream:
+        _, out = await collect(runner.live(chunked(encode(mixed)), never))
+        shown = decoded(out)["content"]
+    else:
+        shown = json.loads((await runner.buffered(whole(mixed), never)).body)["content"]
+    assert shown == [LOOKING, FORECAST]
+    prepared = engine.prepare(A, KEY, next_turn(shown, stream=stream))
+    assert prepared.context.record.restored == 1
+    sent = json.loads(prepared.body)["messages"]
+    assert sent[1] == {"role": "assistant", "content": [LOOKING, search_call(), FORECAST]}
+    results = sent[2]["content"]
+    assert [b["tool_use_id"] for b in results] == ["toolu_s", "toolu_r"]
+    assert "mcp__weather__get_forecast" in json.dumps(results[0]) and results[1] == RESULT["content"][0]
+
+
 def test_store_keeps_rounds_per_tenant_and_session(tmp_path):
     from tooldisco.sessions import SessionStore
 

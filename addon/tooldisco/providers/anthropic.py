@@ -121,6 +121,7 @@ def parse_tool(raw: str) -> Tool:
 
 class AnthropicAdapter(AdapterDefaults):
     api = "anthropic"
+    results_member = "content"
 
     def parse_tool(self, raw: str) -> Tool:
         return parse_tool(raw)

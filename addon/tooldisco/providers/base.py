@@ -219,10 +219,16 @@ class Adapter(Protocol):
         the ones it was shown (output-only fields a client may drop go)."""
         ...
 
-    def adopt(self, restored: list[str], client: Sequence[str]) -> list[str]:
+    def adopt(self, restored: list[str], client: Sequence[str], hidden: Sequence[str] = ()) -> list[str]:
         """The real rounds put back in place of ``client`` (the entries they stand for), with
         what the client gave those entries that the rest of its history refers to (Gemini CLI's
-        own call ids, which its function responses name)."""
+        own call ids, which its function responses name). ``hidden``: the results of the calls
+        of a mixed turn the client never saw (``with_results``)."""
+        ...
+
+    def with_results(self, hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
+        """The client's entries after a restored mixed turn, the results of its hidden calls
+        put first; None when they cannot be."""
         ...
 
 

@@ -91,6 +91,7 @@ def place_structural(original: Sequence[str], raws: Sequence[str]) -> list[str]:
 class ConverseAdapter(AdapterDefaults):
     stream: bool = False  # /converse-stream
     api = "bedrock_converse"  # not a field: the same for both forms
+    results_member = "content"
 
     def parse_tool(self, raw: str) -> Tool:
         return parse_tool(raw)

@@ -120,8 +120,31 @@ class AdapterDefaults:
     def comparable(self, entries: list[Any]) -> list[Any]:
         return entries
 
-    def adopt(self, restored: list[str], client: Sequence[str]) -> list[str]:
+    #: Where one model turn's results go: inside one entry, as the items of this member
+    #: (Anthropic, Bedrock: ``content``; Gemini: ``parts``), or None: an entry each (Chat's
+    #: ``tool`` messages, Responses' ``function_call_output`` items).
+    results_member: str | None = None
+
+    def adopt(self, restored: list[str], client: Sequence[str], hidden: Sequence[str] = ()) -> list[str]:
         return restored
+
+    def with_results(self, hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
+        """The client's entries after a restored mixed turn (its results for the calls it was
+        shown) with the results of the calls it never saw put first (``hidden``: entries as
+        ``continue_after`` made them); None when no results entry follows, or not in the shape
+        this API answers calls with: the turn then passes as the client sent it."""
+        if not hidden or not following:
+            return None
+        key = self.results_member
+        if key is None:
+            return [*hidden, *following]
+        ours, theirs = jsonspan.find(hidden[0], [key]), jsonspan.find(following[0], [key])
+        if ours is None or theirs is None or hidden[0][ours[0]] != "[" or following[0][theirs[0]] != "[":
+            return None
+        items = [hidden[0][a:b] for a, b in jsonspan.elements(hidden[0], ours)]
+        inner = following[0][theirs[0] + 1 : theirs[1] - 1].strip()
+        merged = "[" + ",".join(items) + ("," + inner if inner else "") + "]"
+        return [jsonspan.replace(following[0], theirs, merged), *following[1:]]
 
 
 def query_schema(*, upper: bool = False, strict: bool = False) -> dict[str, Any]:

@@ -10,6 +10,7 @@ The REST API accepts camelCase and snake_case field names alike, so both are rea
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence
 
@@ -232,6 +233,7 @@ class GeminiAdapter(AdapterDefaults):
     stream: bool = False  # :streamGenerateContent
     sse: bool = True  # with ?alt=sse; else the stream is one JSON array
     api = "gemini"  # not a field: the same for every form
+    results_member = "parts"
 
     def parse_tool(self, raw: str) -> Tool:
         return parse_tool(raw)
@@ -402,21 +404,33 @@ class GeminiAdapter(AdapterDefaults):
         return [{**e, "parts": fold_parts(e["parts"])} if isinstance(e, dict) and isinstance(e.get("parts"), list)
                 else e for e in out]
 
-    def adopt(self, restored: list[str], client: Sequence[str]) -> list[str]:
+    def adopt(self, restored: list[str], client: Sequence[str], hidden: Sequence[str] = ()) -> list[str]:
         """The client's functionCall ids, call by call, on the restored turn's last model content
-        where it has none: the client's functionResponses name them."""
+        where it has none: the client's functionResponses name them. Calls the client never saw
+        (a mixed turn's, answered by ``hidden``'s functionResponses) get none: the ids go to
+        the calls it was shown, in order."""
         given = [_field(p, "functionCall", "function_call").get("id") for text in client
                  for p in as_list(as_dict(json.loads(text)).get("parts"))
                  if isinstance(_field(p, "functionCall", "function_call"), dict)]
         if not any(given) or not restored:
             return restored
+        unseen = Counter(str(_field(p, "functionResponse", "function_response").get("name")) for text in hidden
+                         for p in as_list(as_dict(json.loads(text)).get("parts"))
+                         if isinstance(_field(p, "functionResponse", "function_response"), dict))
         last = json.loads(restored[-1])
-        calls = iter(given)
+        found = [(p, _field(p, "functionCall", "function_call")) for p in as_list(as_dict(last).get("parts"))]
+        left = sum(isinstance(call, dict) for _, call in found)  # calls from here on
+        ids = list(reversed(given))  # popped in order
         parts = []
-        for p in as_list(as_dict(last).get("parts")):
-            call = _field(p, "functionCall", "function_call")
+        for p, call in found:
             if isinstance(call, dict):
-                given_id = next(calls, None)
+                left -= 1
+                name = str(call.get("name"))
+                if unseen[name] and left >= len(ids):  # one the client never saw
+                    unseen[name] -= 1
+                    parts.append(p)
+                    continue
+                given_id = ids.pop() if ids else None
                 if given_id is not None and not call.get("id"):
                     key = "functionCall" if "functionCall" in p else "function_call"
                     p = {**p, key: {**call, "id": given_id}}
