@@ -10,8 +10,9 @@ counts twice (seed 002's name boost), parameter descriptions and schema values l
 Length normalisation is milder than the textbook 0.75 (b = 0.5): a tool's definition
 is long because it has many parameters, not because it rambles; on BFCL that is worth
 0.4 points of recall@5. Tools that have more of the query's terms are preferred
-(``COORDINATION``). A query with several intents is diversified across them
-(``intents``). A query none of whose terms occurs in the catalog is most likely
+(``COORDINATION``). The kinds of value a query carries (a date, a path…) count for
+the tools that match it and name them (``cues``). A query with several intents is
+diversified across them (``intents``). A query none of whose terms occurs in the catalog is most likely
 misspelt: it is answered by the fuzzy backend instead of with nothing.
 """
 
@@ -25,7 +26,9 @@ from typing import Sequence
 import numpy as np
 
 from ..providers.base import Tool
+from . import cues
 from .base import Ranking, SearcherBase
+from .cues import cue_words
 from .documents import FIELD_WEIGHTS, fields
 from .fuzzy_search import fuzzy_index
 from .intents import search
@@ -90,18 +93,26 @@ class BM25Index:
 
     def scores(self, query: str, coordination: float = 0.0) -> np.ndarray:
         """BM25 score of every tool for ``query`` (each distinct query term counted once),
-        times the share of the query's terms the tool has, to the power ``coordination``."""
+        times the share of the query's terms the tool has, to the power ``coordination``;
+        plus, for tools with a score, the words of the kinds of value the query carries
+        (``cues``) at their weight."""
         query_terms = set(terms(query))
-        scores = np.zeros(len(self.names), dtype=np.float32)
-        matched = np.zeros(len(self.names), dtype=np.float32)
+        scores = self._sum(query_terms)
+        if coordination and query_terms:
+            matched = self._sum(query_terms, counts=True)
+            scores *= (matched / len(query_terms)) ** coordination
+        if (cued := set(terms(" ".join(cue_words(query))))) and scores.any():
+            scores += np.where(scores > 0, cues.WEIGHT * self._sum(cued), 0.0).astype(np.float32)
+        return scores
+
+    def _sum(self, query_terms: set[str], counts: bool = False) -> np.ndarray:
+        """Per tool, the sum of its weights for ``query_terms`` (``counts``: how many it has)."""
+        out = np.zeros(len(self.names), dtype=np.float32)
         for term in query_terms:
             posting = self.postings.get(term)
             if posting is not None:
-                scores[posting[0]] += posting[1]
-                matched[posting[0]] += 1.0
-        if coordination and query_terms:
-            scores *= (matched / len(query_terms)) ** coordination
-        return scores
+                out[posting[0]] += 1.0 if counts else posting[1]
+        return out
 
     def candidate_scores(self, texts: Sequence[str]) -> np.ndarray:
         """One row of ranking scores per text (``intents``' scorer: the whole query, then
