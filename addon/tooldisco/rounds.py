@@ -86,14 +86,16 @@ def of_turn(adapter: Adapter, first: str, sent: str, last: dict[str, Any], shown
     finish's answers to the calls the client never saw; the turn is kept with those calls and,
     last, the entries with their results. Without them the calls the loop was never answered
     for go (``hide``: a max-loops finish's search calls, ``PhantomLoop.hide``). None when the
-    history lives on the server, or when there was neither a re-forward nor a hidden call."""
+    history lives on the server, or when the client saw the one round the upstream made as it
+    was made (a call-through call is shown as the real tool's: the step it was made in is kept)."""
     path = adapter.history_path(first)
     if path is None:
         return None
     before = _spans(first, path)
     start = 1 if before is None else len(before)  # a string input becomes one message
-    if not hidden and len(_spans(sent, path) or ()) <= start:
-        return None  # nothing was re-forwarded: the client saw the one real round
+    seen = digest(adapter.comparable(adapter.shown(shown)))
+    if not hidden and len(_spans(sent, path) or ()) <= start and seen == digest(adapter.comparable(adapter.shown(last))):
+        return None  # nothing was re-forwarded, and the client saw the one real round as it came
     final = adapter.continue_after(sent, last, hidden, []) if hidden else adapter.continue_after(sent, hide(last), [], [])
     spans = _spans(final, path) or []
     entries = [final[a:b] for a, b in spans[start:]]
@@ -101,7 +103,7 @@ def of_turn(adapter: Adapter, first: str, sent: str, last: dict[str, Any], shown
         entries.pop()  # the empty results turn that continue_after opened for no results
     if not entries:
         return None
-    return Rounds(digest(adapter.comparable(adapter.shown(shown))), entries)
+    return Rounds(seen, entries)
 
 
 def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | None]) -> tuple[str, int]:
@@ -127,17 +129,17 @@ def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | Non
             made = len(found)
             while made and not _produced(adapter, found[made - 1]):
                 made -= 1
-            hidden, end, tail = found[made:], j, []
-            if hidden:
-                while end < len(texts) and not produced[end]:
-                    end += 1
-                merged = adapter.with_results(hidden, texts[j:end])
-                if merged is None:  # no results turn of the client's to join: passes as sent
-                    i = j
-                    continue
-                tail = merged
+            hidden, end = found[made:], j
+            while end < len(texts) and not produced[end]:
+                end += 1
+            answers = adapter.with_results(found[:made], hidden, texts[j:end])
+            if answers is None:  # no results turn of the client's to join: passes as sent
+                i = j
+                continue
             restored = adapter.adopt(found[:made], texts[i:j], hidden)
-            edits.append((spans[i][0], spans[end - 1][1], ",".join([*restored, *tail])))
+            if answers == texts[j:end]:  # the client's results stay as they are, bytes and all
+                end, answers = j, []
+            edits.append((spans[i][0], spans[end - 1][1], ",".join([*restored, *answers])))
         i = j
     for a, b, text in reversed(edits):
         body = jsonspan.replace(body, (a, b), text)

@@ -212,8 +212,9 @@ class LoopRunner:
         await asyncio.to_thread(write)
 
     def _keep_rounds(self, sent: str, last: dict[str, Any], shown: dict[str, Any], hidden: list[ToolResult]) -> None:
-        """The real rounds of a turn that re-forwarded or hid calls (``hidden``: a mixed
-        finish's answers to them), unless they are too large to keep."""
+        """The real rounds of a turn that re-forwarded, hid calls (``hidden``: a mixed
+        finish's answers to them) or showed a call otherwise than it was made (call-through),
+        unless they are too large to keep."""
         ctx = self.ctx
         try:
             kept = rounds.of_turn(ctx.adapter, ctx.body, sent, last, shown, self.loop.hide, hidden)

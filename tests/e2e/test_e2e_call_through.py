@@ -539,6 +539,34 @@ def test_gemini_refused_beside_a_real_call(proxy: MitmDump, fk: FakeProvider, st
     assert record["deferral"] == "call-through" and record["refused_calls"] == 1
 
 
+@pytest.mark.parametrize("searched", [True, False])
+@pytest.mark.parametrize("stream", [False, True])
+def test_gemini_kept_tool_called_through_the_dispatcher(proxy: MitmDump, fk: FakeProvider, stream: bool,
+                                                        searched: bool) -> None:
+    """The model calls a tool it was offered directly through the dispatcher (after a search, or
+    at once): the client runs the tool and answers it by its name; upstream the step goes on as
+    it was made, its signature on the dispatcher call, and the answer goes as the dispatcher's
+    (Gemini 3 refuses a response naming another function than the call): no fallback."""
+    dispatched = Rule(calls=[Call(DISPATCHER, {"name": READ[0], "arguments": READ[1]})], nth=2 if searched else 1)
+    fk.set_script([*([search("weather forecast", nth=1)] if searched else []), dispatched,
+                   reply("Done:", echo_last_result=True)])
+    mark = telemetry_mark(proxy)
+    client = proxy.genai()
+    contents = [gt.Content(role="user", parts=[gt.Part(text=fresh("Read notes.txt"))])]
+    parts = gemini_turn(client, stream, contents)
+    assert [(fc.name, fc.args) for fc in function_calls(parts)] == [READ]
+    contents += [gt.Content(role="model", parts=fold_text(parts)), gt.Content(role="user", parts=[
+        gt.Part.from_function_response(name=READ[0], response={"output": "hello"})])]
+    parts2 = gemini_turn(client, stream, contents)
+    assert "".join(p.text or "" for p in parts2) == 'Done:\nlast tool result: {"output":"hello"}'
+    *_, before, after = ok(fk.api_requests("gemini"))
+    assert len(fk.api_requests("gemini")) == (3 if searched else 2)
+    model, answer = after.json["contents"][len(before.json["contents"]):]
+    assert [p["functionCall"]["name"] for p in model["parts"] if "functionCall" in p] == [DISPATCHER]
+    assert [p["functionResponse"]["name"] for p in answer["parts"]] == [DISPATCHER]
+    assert all(r.get("fallback_reason") is None for r in new_records(proxy, mark, 2))
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_gemini_mixed_search_and_dispatched_call(proxy: MitmDump, fk: FakeProvider, stream: bool) -> None:
     """Gemini CLI's case: round two searches again and calls the found tool in one step. The

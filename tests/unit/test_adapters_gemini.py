@@ -274,3 +274,42 @@ def test_adapter_does_not_mutate_inputs():
     G.merge([m, m])
     G.continue_after(cli_body(), m, [ToolResult(G.calls(m)[0], "x")], [])
     assert m == before
+
+
+# --- the client's answers to a restored step (``with_results``) ----------------------------------
+
+
+def _content(role, *parts):
+    return json.dumps({"role": role, "parts": list(parts)})
+
+
+def _fc(fn, **args):
+    return {"functionCall": {"name": fn, "args": args}, "thoughtSignature": "sig"}
+
+
+def _fr(name, output):
+    return {"functionResponse": {"name": name, "response": {"output": output}}}
+
+
+def test_answers_take_the_names_of_the_calls_as_made():
+    """A kept tool the model called through the dispatcher was shown (and answered) as itself."""
+    from tooldisco.providers.gemini import GeminiAdapter
+
+    made = [_content("model", _fc("gateway_call_tool", name="read_file", arguments={"path": "a"}))]
+    client = [_content("user", _fr("read_file", "hello"))]
+    (out,) = GeminiAdapter().with_results(made, [], client)
+    assert json.loads(out)["parts"] == [_fr("gateway_call_tool", "hello")]
+    same = [_content("user", _fr("gateway_call_tool", "hello"))]
+    assert GeminiAdapter().with_results(made, [], same) == same  # nothing to change: the client's bytes
+
+
+def test_hidden_answers_go_where_their_calls_are():
+    from tooldisco.providers.gemini import GeminiAdapter
+
+    made = [_content("model", _fc("read_file", path="a"), _fc("gateway_search_tools", query="q"))]
+    hidden = [_content("user", _fr("gateway_search_tools", "found"))]
+    client = [_content("user", _fr("read_file", "hello"), {"text": "and a note"})]
+    (out,) = GeminiAdapter().with_results(made, hidden, client)
+    assert json.loads(out)["parts"] == [_fr("read_file", "hello"), _fr("gateway_search_tools", "found"),
+                                        {"text": "and a note"}]
+    assert GeminiAdapter().with_results(made, hidden, []) is None  # no answers of the client's to join

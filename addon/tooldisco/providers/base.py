@@ -226,9 +226,9 @@ class Adapter(Protocol):
         of a mixed turn the client never saw (``with_results``)."""
         ...
 
-    def with_results(self, hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
-        """The client's entries after a restored mixed turn, the results of its hidden calls
-        put first; None when they cannot be."""
+    def with_results(self, made: Sequence[str], hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
+        """The client's entries after a restored turn (``made``), answering it as it was made:
+        the results of its hidden calls (``hidden``) put in; None when they cannot be."""
         ...
 
 

@@ -128,12 +128,16 @@ class AdapterDefaults:
     def adopt(self, restored: list[str], client: Sequence[str], hidden: Sequence[str] = ()) -> list[str]:
         return restored
 
-    def with_results(self, hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
-        """The client's entries after a restored mixed turn (its results for the calls it was
-        shown) with the results of the calls it never saw put first (``hidden``: entries as
-        ``continue_after`` made them); None when no results entry follows, or not in the shape
-        this API answers calls with: the turn then passes as the client sent it."""
-        if not hidden or not following:
+    def with_results(self, made: Sequence[str], hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
+        """The client's entries after a restored turn (``made``: its real entries), answering
+        that turn as it was made: the results of the calls the client never saw (a mixed
+        turn's ``hidden``, entries as ``continue_after`` made them) put first. None when there
+        are such results and no results entry follows, or not in the shape this API answers
+        calls with: the turn then passes as the client sent it. Results are matched by call id
+        here, so nothing else changes."""
+        if not hidden:
+            return list(following)
+        if not following:
             return None
         key = self.results_member
         if key is None:

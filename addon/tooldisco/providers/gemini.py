@@ -96,6 +96,26 @@ def _call_parts(message: dict[str, Any]) -> list[tuple[ToolCall, dict[str, Any]]
     return _calls_in(_parts(message))
 
 
+def _responses(entries: Sequence[str]) -> list[dict[str, Any]]:
+    """The functionResponse parts of history contents, in order."""
+    return [p for text in entries for p in as_list(as_dict(json.loads(text)).get("parts"))
+            if isinstance(_field(p, "functionResponse", "function_response"), dict)]
+
+
+def _unseen(calls: Sequence[tuple[int, dict[str, Any]]], hidden: Sequence[dict[str, Any]], shown: int) -> set[int]:
+    """Which of a step's calls (part index, call) the client never saw: those ``hidden`` answers,
+    by name, the first ones that leave enough calls for the ``shown`` ones the client has."""
+    names = Counter(str(_field(p, "functionResponse", "function_response").get("name")) for p in hidden)
+    out, left = set(), len(calls)
+    for i, call in calls:
+        left -= 1
+        name = str(call.get("name"))
+        if names[name] and left >= shown - (len(calls) - left - 1 - len(out)):
+            names[name] -= 1
+            out.add(i)
+    return out
+
+
 _SIGNATURES = frozenset({"thoughtSignature", "thought_signature"})
 _INLINE = frozenset({"inlineData", "inline_data"})
 _STANDARD_BASE64 = str.maketrans("-_", "+/", "=")
@@ -407,35 +427,59 @@ class GeminiAdapter(AdapterDefaults):
     def adopt(self, restored: list[str], client: Sequence[str], hidden: Sequence[str] = ()) -> list[str]:
         """The client's functionCall ids, call by call, on the restored turn's last model content
         where it has none: the client's functionResponses name them. Calls the client never saw
-        (a mixed turn's, answered by ``hidden``'s functionResponses) get none: the ids go to
-        the calls it was shown, in order."""
+        (a mixed turn's, answered by ``hidden``) get none: the ids go to the calls it was shown."""
         given = [_field(p, "functionCall", "function_call").get("id") for text in client
                  for p in as_list(as_dict(json.loads(text)).get("parts"))
                  if isinstance(_field(p, "functionCall", "function_call"), dict)]
         if not any(given) or not restored:
             return restored
-        unseen = Counter(str(_field(p, "functionResponse", "function_response").get("name")) for text in hidden
-                         for p in as_list(as_dict(json.loads(text)).get("parts"))
-                         if isinstance(_field(p, "functionResponse", "function_response"), dict))
         last = json.loads(restored[-1])
-        found = [(p, _field(p, "functionCall", "function_call")) for p in as_list(as_dict(last).get("parts"))]
-        left = sum(isinstance(call, dict) for _, call in found)  # calls from here on
-        ids = list(reversed(given))  # popped in order
-        parts = []
-        for p, call in found:
-            if isinstance(call, dict):
-                left -= 1
-                name = str(call.get("name"))
-                if unseen[name] and left >= len(ids):  # one the client never saw
-                    unseen[name] -= 1
-                    parts.append(p)
-                    continue
-                given_id = ids.pop() if ids else None
-                if given_id is not None and not call.get("id"):
-                    key = "functionCall" if "functionCall" in p else "function_call"
-                    p = {**p, key: {**call, "id": given_id}}
-            parts.append(p)
-        return [*restored[:-1], jsonspan.dumps({**last, "parts": parts})]
+        parts = as_list(as_dict(last).get("parts"))
+        calls = [(i, call) for i, p in enumerate(parts) if isinstance(call := _field(p, "functionCall", "function_call"), dict)]
+        unseen = _unseen(calls, _responses(hidden), len(given))
+        ids = iter(given)
+        out = list(parts)
+        for i, call in calls:
+            if i in unseen:
+                continue
+            given_id = next(ids, None)
+            if given_id is not None and not call.get("id"):
+                key = "functionCall" if "functionCall" in parts[i] else "function_call"
+                out[i] = {**parts[i], key: {**call, "id": given_id}}
+        return [*restored[:-1], jsonspan.dumps({**last, "parts": out})]
+
+    def with_results(self, made: Sequence[str], hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
+        """The client's functionResponses answer the calls it was shown; upstream they answer
+        the step as it was made, in its order and by its calls' names (Gemini 3 refuses a
+        response naming another function than the call: a kept tool the model called through
+        the dispatcher was shown as itself). The hidden calls' responses go where their calls
+        are."""
+        unchanged = None if hidden else list(following)
+        if not made or not following:
+            return unchanged
+        entry = json.loads(following[0])
+        parts = as_list(as_dict(entry).get("parts"))
+        theirs = [p for p in parts if isinstance(_field(p, "functionResponse", "function_response"), dict)]
+        ours = _responses(hidden)
+        calls = [(i, call) for i, p in enumerate(as_list(as_dict(json.loads(made[-1])).get("parts")))
+                 if isinstance(call := _field(p, "functionCall", "function_call"), dict)]
+        if not theirs or len(calls) != len(theirs) + len(ours):
+            return unchanged
+        unseen = _unseen(calls, ours, len(theirs))
+        hidden_parts, client_parts, answers = iter(ours), iter(theirs), []
+        for i, call in calls:
+            if i in unseen:
+                answers.append(next(hidden_parts))
+                continue
+            part = next(client_parts)
+            key = "functionResponse" if "functionResponse" in part else "function_response"
+            if part[key].get("name") != call.get("name"):
+                part = {**part, key: {**part[key], "name": call.get("name")}}
+            answers.append(part)
+        if answers == theirs:
+            return unchanged
+        rest = [p for p in parts if not isinstance(_field(p, "functionResponse", "function_response"), dict)]
+        return [jsonspan.dumps({**entry, "parts": answers + rest}), *following[1:]]
 
     def decoder(self) -> StreamDecoder:
         from ..streams.gemini import GeminiStreamDecoder

@@ -244,6 +244,14 @@ class Gemini(Provider):
                             "Please ensure that the number of function response parts is equal to the number of "
                             "function call parts of the function call turn."
                         )
+                    # Gemini 3 checks each response names a function the turn called (a 400
+                    # INVALID_ARGUMENT otherwise; seen on Vertex gemini-3.x with signatures).
+                    named = sorted(str(p["functionResponse"].get("name")) for p in answered)
+                    if nxt is not None and named != sorted(str(fc.get("name")) for fc in fcs):
+                        raise invalid(
+                            f"* GenerateContentRequest.contents[{i + 1}]: function response names {named} do not "
+                            f"match the function calls of contents[{i}]."
+                        )
             else:
                 texts = [t for p in parts if isinstance(p, dict) and (t := _part_text(p)) is not None]
                 for p in parts:
