@@ -12,8 +12,9 @@ is long because it has many parameters, not because it rambles; on BFCL that is 
 0.4 points of recall@5. Tools that have more of the query's terms are preferred
 (``COORDINATION``). The kinds of value a query carries (a date, a path…) count for
 the tools that match it and name them (``cues``). A query with several intents is
-diversified across them (``intents``). A query none of whose terms occurs in the catalog is most likely
-misspelt: it is answered by the fuzzy backend instead of with nothing.
+diversified across them (``intents``). A query none of whose terms occurs in the
+catalog is most likely misspelt: it is answered by the fuzzy backend instead of with
+nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import numpy as np
 from ..providers.base import Tool
 from . import cues
 from .base import Ranking, SearcherBase
-from .cues import cue_words
 from .documents import FIELD_WEIGHTS, fields
 from .fuzzy_search import fuzzy_index
 from .intents import search
@@ -101,7 +101,7 @@ class BM25Index:
         if coordination and query_terms:
             matched = self._sum(query_terms, counts=True)
             scores *= (matched / len(query_terms)) ** coordination
-        if (cued := set(terms(" ".join(cue_words(query))))) and scores.any():
+        if (cued := set(terms(" ".join(cues.cue_words(query))))) and scores.any():
             scores += np.where(scores > 0, cues.WEIGHT * self._sum(cued), 0.0).astype(np.float32)
         return scores
 
