@@ -132,7 +132,7 @@ def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | Non
             hidden, end = found[made:], j
             while end < len(texts) and not produced[end]:
                 end += 1
-            answers = adapter.with_results(found[:made], hidden, texts[j:end])
+            answers = _answers(adapter, tuple(found[:made]), tuple(hidden), tuple(texts[j:end]))
             if answers is None:  # no results turn of the client's to join: passes as sent
                 i = j
                 continue
@@ -154,6 +154,14 @@ def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | Non
 @memoize(8 * MiB, key=lambda adapter, text: (adapter.api, text))
 def _produced(adapter: Adapter, text: str) -> bool:
     return adapter.produced(json.loads(text))
+
+
+@memoize(8 * MiB, key=lambda adapter, made, hidden, following: (adapter.api, made, hidden, following))
+def _answers(adapter: Adapter, made: tuple[str, ...], hidden: tuple[str, ...],
+             following: tuple[str, ...]) -> list[str] | None:
+    """The client's results after a restored turn, as the upstream must get them (``with_results``):
+    the same on every later request, so worked out once."""
+    return adapter.with_results(made, hidden, following)
 
 
 @memoize(8 * MiB, key=lambda adapter, texts: (adapter.api, texts))

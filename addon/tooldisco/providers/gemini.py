@@ -96,10 +96,18 @@ def _call_parts(message: dict[str, Any]) -> list[tuple[ToolCall, dict[str, Any]]
     return _calls_in(_parts(message))
 
 
+def _is_response(part: Any) -> bool:
+    return isinstance(_field(part, "functionResponse", "function_response"), dict)
+
+
 def _responses(entries: Sequence[str]) -> list[dict[str, Any]]:
     """The functionResponse parts of history contents, in order."""
-    return [p for text in entries for p in as_list(as_dict(json.loads(text)).get("parts"))
-            if isinstance(_field(p, "functionResponse", "function_response"), dict)]
+    return [p for text in entries for p in as_list(as_dict(json.loads(text)).get("parts")) if _is_response(p)]
+
+
+def _step_calls(parts: Sequence[Any]) -> list[tuple[int, dict[str, Any]]]:
+    """A model content's functionCalls: (part index, call object), in order."""
+    return [(i, call) for i, p in enumerate(parts) if isinstance(call := _field(p, "functionCall", "function_call"), dict)]
 
 
 def _unseen(calls: Sequence[tuple[int, dict[str, Any]]], hidden: Sequence[dict[str, Any]], shown: int) -> set[int]:
@@ -428,14 +436,12 @@ class GeminiAdapter(AdapterDefaults):
         """The client's functionCall ids, call by call, on the restored turn's last model content
         where it has none: the client's functionResponses name them. Calls the client never saw
         (a mixed turn's, answered by ``hidden``) get none: the ids go to the calls it was shown."""
-        given = [_field(p, "functionCall", "function_call").get("id") for text in client
-                 for p in as_list(as_dict(json.loads(text)).get("parts"))
-                 if isinstance(_field(p, "functionCall", "function_call"), dict)]
+        given = [call.get("id") for text in client for _, call in _step_calls(as_list(as_dict(json.loads(text)).get("parts")))]
         if not any(given) or not restored:
             return restored
         last = json.loads(restored[-1])
         parts = as_list(as_dict(last).get("parts"))
-        calls = [(i, call) for i, p in enumerate(parts) if isinstance(call := _field(p, "functionCall", "function_call"), dict)]
+        calls = _step_calls(parts)
         unseen = _unseen(calls, _responses(hidden), len(given))
         ids = iter(given)
         out = list(parts)
@@ -459,10 +465,9 @@ class GeminiAdapter(AdapterDefaults):
             return unchanged
         entry = json.loads(following[0])
         parts = as_list(as_dict(entry).get("parts"))
-        theirs = [p for p in parts if isinstance(_field(p, "functionResponse", "function_response"), dict)]
+        theirs = [p for p in parts if _is_response(p)]
         ours = _responses(hidden)
-        calls = [(i, call) for i, p in enumerate(as_list(as_dict(json.loads(made[-1])).get("parts")))
-                 if isinstance(call := _field(p, "functionCall", "function_call"), dict)]
+        calls = _step_calls(as_list(as_dict(json.loads(made[-1])).get("parts")))
         if not theirs or len(calls) != len(theirs) + len(ours):
             return unchanged
         unseen = _unseen(calls, ours, len(theirs))
@@ -478,7 +483,7 @@ class GeminiAdapter(AdapterDefaults):
             answers.append(part)
         if answers == theirs:
             return unchanged
-        rest = [p for p in parts if not isinstance(_field(p, "functionResponse", "function_response"), dict)]
+        rest = [p for p in parts if not _is_response(p)]
         return [jsonspan.dumps({**entry, "parts": answers + rest}), *following[1:]]
 
     def decoder(self) -> StreamDecoder:
