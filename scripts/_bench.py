@@ -44,6 +44,11 @@ def mb(n: float) -> str:
     return f"{n / MiB:.0f} MB"
 
 
+def signed_mb(n: float) -> str:
+    """``+12 MB`` / ``-3 MB``: a change of RSS."""
+    return f"{'-' if n < 0 else '+'}{abs(n) / MiB:.0f} MB"
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) by linear interpolation; NaN for no values."""
     if not values:

@@ -69,8 +69,8 @@ import zstandard
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from _bench import (MiB, Rss, listening_ports, mb, ms, parse_size, percentile, start_addon,  # noqa: E402
-                    start_plain, table, workdir)
+from _bench import (MiB, Rss, listening_ports, mb, ms, parse_size, percentile, signed_mb,  # noqa: E402
+                    start_addon, start_plain, table, workdir)
 from tests.e2e.harness import MitmDump  # noqa: E402
 from tests.support.catalog import anthropic_tools  # noqa: E402
 
@@ -568,7 +568,7 @@ class Chaos:
 
             def fmt(r: dict[str, Any]) -> str:
                 killed = f" KILLED at +{mb(self.args.rss_cap)} cap" if r["killed"] else ""
-                return (f"peak +{mb(r['peak'])}{killed}, longest other wait {ms(r['longest_wait'])}"
+                return (f"peak {signed_mb(r['peak'])}{killed}, longest other wait {ms(r['longest_wait'])}"
                         f" ({r['ticks']} reqs, {r['tick_failures']} failed), bomb got {r['status']}")
 
             self.add(Row(f"1 bomb {enc} {len(data) // 1024} KiB -> {mb(size)}", fmt(a), fmt(pl),
@@ -826,17 +826,19 @@ class Chaos:
 
     def creds(self) -> None:
         t0 = time.perf_counter()
-        res = {}
-        for role in ("addon", "plain"):
+
+        def run(role: str) -> dict[str, Any]:
             wd = workdir(self.tmp, f"creds-{role}")
             extra = ["--set", "flow_detail=4"]
             p = start_addon(self.up.url, wd, extra_args=extra, name="creds") if role == "addon" else \
                 start_plain(self.up.url, wd, extra_args=extra, name="creds")
             try:
-                found = self._send_creds(p)
+                return self._send_creds(p)
             finally:
                 p.stop()
-            res[role] = found
+
+        with ThreadPoolExecutor(2) as pool:  # two starts at once: the run stays short
+            res = dict(zip(("addon", "plain"), pool.map(run, ("addon", "plain"))))
         total = len(res["addon"]["secrets"])
 
         def fmt(r: dict[str, Any]) -> str:
@@ -857,10 +859,10 @@ class Chaos:
                                "tools": [{"functionDeclarations": [
                                    {"name": t["name"], "description": t["description"],
                                     "parametersJsonSchema": t["input_schema"]} for t in TOOLS]}]}).encode()
+        functions = [{"name": t["name"], "description": t["description"], "parameters": t["input_schema"]}
+                     for t in TOOLS]
         chat = json.dumps({"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}],
-                           "tools": [{"type": "function", "function": {"name": t["name"], "description": t["description"],
-                                                                       "parameters": t["input_schema"]}}
-                                     for t in TOOLS]}).encode()
+                           "tools": [{"type": "function", "function": f} for f in functions]}).encode()
         j = {"content-type": "application/json", "x-chaos-tag": "creds"}
         sigv4 = (f"AWS4-HMAC-SHA256 Credential=AKIACHAOSCHAOS/20261126/us-east-1/bedrock/aws4_request, "
                  f"SignedHeaders=content-type;host;x-amz-date, Signature={s['sigv4-signature']}")
@@ -914,7 +916,7 @@ class Chaos:
         peak = rss.peak - base
         ok = status == 403 and arrivals == 0 and status_b in (403, None) and peak <= RELAY_RSS_BOUND
         txt = (f"port {port}: no token -> {status}, {arrivals} forwarded; wrong token + {mb(n)} body -> "
-               f"{status_b}, {mb(accepted)} taken, peak +{mb(peak)}")
+               f"{status_b}, {mb(accepted)} taken, peak {signed_mb(peak)}")
         self.add(Row("8 relay without token", txt, "no relay port", "403, 0 forwarded, body not buffered (<= +32 MB)",
                      ok, time.perf_counter() - t0,
                      {"port": port, "status": status, "arrivals": arrivals, "status_big": status_b,
@@ -938,8 +940,8 @@ class Chaos:
             after = rss.settled(most=15) - base
             rss.stop()
             res[role] = {"got": asdict(got), "peak": peak, "after": after,
-                         "text": f"{got.describe()}, {mb(got.nbytes)} read, peak +{mb(peak)}, after +{mb(after)},"
-                                 f" {got.seconds:.1f} s"}
+                         "text": f"{got.describe()}, {mb(got.nbytes)} read, peak {signed_mb(peak)},"
+                                 f" after {signed_mb(after)}, {got.seconds:.1f} s"}
         a, pl = res["addon"], res["plain"]
         ok = (a["got"]["complete"] and a["peak"] <= max(pl["peak"], 0) + BIG_PEAK_SLACK
               and a["after"] <= max(pl["after"], 0) + BIG_AFTER_SLACK)
@@ -1108,6 +1110,11 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="chaos-"))
     chaos = Chaos(args, tmp)
     try:
+        try:
+            with ThreadPoolExecutor(2) as pool:  # the shared pair, started at once
+                list(pool.map(chaos.proxy, ("addon", "plain")))
+        except Exception as e:  # each scenario tries again and reports its own failure
+            log(f"starting the proxies failed: {e!r}"[:500])
         for name in SCENARIOS:
             if name not in chosen:
                 continue

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from chaos import SCENARIOS  # noqa: E402
 
 TINY = ["--bomb-size", "1M", "--heavy-tools", "200", "--store-requests", "2", "--lock-seconds", "1",
-        "--hold-seconds", "1", "--leave-wait", "3", "--relay-body", "2M", "--big-answer", "1M", "--settle", "3"]
+        "--hold-seconds", "0.5", "--leave-wait", "2", "--relay-body", "2M", "--big-answer", "1M", "--settle", "2"]
 # One row per scenario, several for some; the row names start with these.
 ROWS = {"bombs": ("1 bomb br", "1 bomb zstd", "1 bomb gzip"),
         "store": ("2 store: garbage", "2 store: read-only", "2 store: locked"),
