@@ -20,6 +20,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from chaos import SCENARIOS  # noqa: E402
 
+pytestmark = pytest.mark.e2e
+
 TINY = ["--bomb-size", "1M", "--heavy-tools", "200", "--store-requests", "2", "--lock-seconds", "1",
         "--hold-seconds", "0.5", "--leave-wait", "2", "--relay-body", "2M", "--big-answer", "1M", "--settle", "2"]
 # One row per scenario, several for some; the row names start with these.
@@ -35,7 +37,7 @@ ROWS = {"bombs": ("1 bomb br", "1 bomb zstd", "1 bomb gzip"),
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "chaos.py"), "--json", *TINY],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+                         capture_output=True, text=True, timeout=270, cwd=ROOT)  # under pytest's own 300 s
     assert run.returncode == 0, run.stderr[-5000:]
     return json.loads(run.stdout)["rows"]
 
