@@ -746,8 +746,10 @@ class Chaos:
                     got = send(client, body(text), headers(tag), timeout=self.args.hold_seconds + TIMEOUT)
                 time.sleep(0.5)
                 faulty = [a for a in self.up.seen(tag) if a.reforward or role == "plain"]
+                gap = (f" (the 2nd {faulty[1].arrived - faulty[0].arrived:.1f} s after the 1st)"
+                       if len(faulty) > 1 else "")
                 res[role] = {"got": asdict(got), "arrivals": len(faulty),
-                             "text": f"{len(faulty)} arrival(s) of the held POST; client got {got.describe()}"}
+                             "text": f"{len(faulty)} arrival(s) of the held POST{gap}; client got {got.describe()}"}
             a = res["addon"]
             ok = a["arrivals"] == 1 and (a["got"]["status"] or 0) >= 500 and a["got"]["provider_error"]
             self.add(Row(f"5 stalled re-forward (held {self.args.hold_seconds:.0f} s, closed)", a["text"],
