@@ -298,6 +298,8 @@ class ToolDiscovery:
                 flow.kill()
             return
         response = flow.response
+        if response.status_code != reply.status:  # HTTP/1's reason phrase goes with the status
+            response.reason = http.status_codes.RESPONSES.get(reply.status, "")
         response.status_code = reply.status
         response.headers = _headers([(k, v) for k, v in reply.headers if k.lower() != "content-encoding"])
         response.content = reply.body

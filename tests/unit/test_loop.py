@@ -84,6 +84,30 @@ def test_max_loops_then_stripped():
     assert act.message["stop_reason"] == "end_turn" and P not in json.dumps(act.message)
 
 
+def test_the_last_reforward_goes_without_the_search_tool():
+    """At the limit the model answers with what it has: the search tool is no longer offered,
+    the tools it found still are."""
+    loop = new_loop(max_loops=2)
+    first = loop.start(BODY, msg(search_call("a")))
+    assert [t["name"] for t in json.loads(first.body)["tools"]] == [P, "get_weather"]
+    last = loop.receive(msg(search_call("b"), i=2))
+    assert isinstance(last, Send) and loop.rounds == 2
+    assert [t["name"] for t in json.loads(last.body)["tools"]] == ["get_weather"]
+    assert json.loads(last.body)["messages"][-1]["content"][0]["tool_use_id"] == "b"  # history as it was
+
+
+def test_a_search_only_turn_at_the_limit_is_empty_not_a_success():
+    loop = new_loop(max_loops=1)
+    loop.start(BODY, msg(search_call("a")))
+    act = loop.receive(msg(search_call("b"), i=2))
+    assert isinstance(act, Finish) and act.reason == "max_loops" and act.empty
+    assert act.message["content"] == []
+    loop = new_loop(max_loops=1)
+    loop.start(BODY, msg({"type": "text", "text": "let me look"}, search_call("a")))
+    act = loop.receive(msg(search_call("b"), i=2))
+    assert act.reason == "max_loops" and not act.empty  # the text it wrote is a turn
+
+
 def test_already_forwarded_tools_are_not_injected_twice():
     loop = new_loop()
     loop.start(BODY, msg(search_call("a")))
