@@ -25,6 +25,7 @@ Rules it obeys:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
@@ -143,8 +144,18 @@ class PhantomLoop:
             tools = self.adapter.parse(body).tools
         except Unsupported:
             return body
-        kept = [t.raw for t in tools if t.name != self.phantom]
+        kept = [t.raw for t in tools if not self._search_tool(t)]
         return body if len(kept) == len(tools) else self.adapter.with_tools(body, kept)
+
+    def _search_tool(self, tool: Tool) -> bool:
+        """Ours: a function by the search tool's name, or the API's own kind of search tool
+        (Responses' client-executed ``tool_search``, which native deferral adds, never the client)."""
+        if tool.name == self.phantom:
+            return True
+        if tool.pinned != "builtin":
+            return False
+        definition = json.loads(tool.raw)
+        return isinstance(definition, dict) and definition.get("type") == self.phantom
 
     def fail(self) -> Finish:
         """The upstream failed mid-loop: the client gets what it has seen so far."""

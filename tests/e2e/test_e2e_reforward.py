@@ -18,11 +18,16 @@ import uuid
 from functools import partial
 
 import anthropic
+import botocore.exceptions
 import httpx
 import openai
 import pytest
+from google.genai import errors as genai_errors
+from google.genai import types as gt
 
 from tests.e2e.harness import TEST_KEYS, addon_config
+from tests.e2e.test_e2e_more_apis import GEMINI, MODEL_ID, converse_tools, gemini_tools
+from tests.e2e.test_e2e_more_apis import aws_chain  # noqa: F401 (a fixture: the proxy's AWS chain)
 from tests.fakeprovider import SEARCH_TOOL, reply, search
 from tests.fakeprovider.script import Rule
 from tests.support.catalog import anthropic_tools, openai_tools
@@ -100,6 +105,33 @@ def test_anthropic_stream_cut_reforward_ends_with_the_in_stream_error(mitm, fake
             messages=[{"role": "user", "content": fresh("What's the forecast for Paris?")}]) as stream:
             for _ in stream:
                 pass
+
+
+@pytest.fixture
+def aws_proxy(mitm_factory, aws_chain):
+    """A private proxy with the fake's AWS credentials in its chain: it re-signs Bedrock bodies."""
+    with aws_chain():
+        return mitm_factory()
+
+
+def test_gemini_cut_reforward_is_a_5xx_in_googles_format(aws_proxy, fake):
+    cut_reforward(fake)
+    client = aws_proxy.genai()  # held: a collected client closes its connections
+    with pytest.raises(genai_errors.ServerError) as caught:
+        client.models.generate_content(
+            model=GEMINI, contents=fresh("What's the forecast for Paris?"),
+            config=gt.GenerateContentConfig(tools=gemini_tools()))
+    assert caught.value.code == 502 and caught.value.status == "INTERNAL" and "broke off" in caught.value.message
+
+
+def test_bedrock_cut_reforward_is_a_5xx_botocore_names(aws_proxy, fake):
+    cut_reforward(fake)
+    with pytest.raises(botocore.exceptions.ClientError) as caught:
+        aws_proxy.bedrock().converse(modelId=MODEL_ID, toolConfig=converse_tools(), messages=[
+            {"role": "user", "content": [{"text": fresh("What's the forecast for Paris?")}]}])
+    error = caught.value.response
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 502
+    assert error["Error"]["Code"] == "InternalServerException" and "broke off" in error["Error"]["Message"]
 
 
 # --- 2. a client that leaves -------------------------------------------------------------------------
