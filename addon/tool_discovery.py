@@ -392,9 +392,11 @@ async def _while_client_waits(flow: http.HTTPFlow, work: Coroutine[Any, Any, T])
     re-forwards) is then cancelled, which closes its upstream request, so no generation runs
     for a client that left.
 
-    Why a poll: while a flow's response hook runs, mitmproxy holds that connection's events
-    (its ``error`` and ``client_disconnected`` hooks come after the hook returned), but it marks
-    the client connection unreadable as soon as the client closes it."""
+    Why a poll of the connection: while a flow's response hook runs, mitmproxy holds that
+    flow's own events (its ``error`` hook comes only after the hook returned), but it marks the
+    client connection unreadable as soon as the client closes it; a client that sent its FIN
+    wants no more data (mitmproxy's HTTP/1 layer ends the flow on it too). An HTTP/2 stream reset
+    leaves the connection open and is not seen here."""
     task = asyncio.ensure_future(work)
     try:
         while True:
