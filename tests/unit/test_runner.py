@@ -8,9 +8,14 @@ import pytest
 from tooldisco.config import parse
 from tooldisco.engine import Engine
 from tooldisco.providers.anthropic import AnthropicAdapter
+from tooldisco.providers.bedrock import ConverseAdapter, InvokeAdapter
+from tooldisco.providers.gemini import GeminiAdapter
+from tooldisco.providers.openai_chat import OpenAIChatAdapter
+from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
 from tooldisco.loop import PhantomLoop
 from tooldisco.runner import Answer, Head, UpstreamFailed
 from tooldisco.search.base import Catalog
+from tooldisco.stitch.base import Failure
 from tooldisco.streams.anthropic import AnthropicStreamDecoder, encode
 
 from tests.support.catalog import anthropic_tools
@@ -349,3 +354,16 @@ async def test_a_turn_left_empty_at_the_limit_is_an_error_never_an_empty_success
     first = encode(message(search_call()))
     _, out = await collect(engine.runner(context(engine, True)).live(chunked(first), streamed))
     assert b"event: error" in out and b"message_stop" not in out
+
+
+@pytest.mark.parametrize("adapter, shape", [
+    (AnthropicAdapter(), lambda b, h: b["type"] == "error" and b["error"] == {"type": "api_error", "message": "cut"}),
+    (OpenAIChatAdapter(), lambda b, h: b["error"]["type"] == "server_error" and b["error"]["message"] == "cut"),
+    (OpenAIResponsesAdapter(), lambda b, h: b["error"]["code"] == "server_error" and b["error"]["message"] == "cut"),
+    (GeminiAdapter(), lambda b, h: b["error"] == {"code": 502, "message": "cut", "status": "INTERNAL"}),
+    (ConverseAdapter(), lambda b, h: b == {"message": "cut"} and h["x-amzn-ErrorType"] == "InternalServerException"),
+    (InvokeAdapter(), lambda b, h: b == {"message": "cut"} and h["x-amzn-ErrorType"] == "InternalServerException"),
+])
+def test_the_proxys_own_errors_take_each_apis_format(adapter, shape):
+    headers, body = adapter.error_body(Failure(502, message="cut"))
+    assert shape(json.loads(body), dict(headers)) and dict(headers)["content-type"] == "application/json"
