@@ -19,11 +19,12 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Coroutine, Optional, TypeVar
 from urllib.parse import urlsplit
 
 from loguru import logger
 from mitmproxy import connection, contentviews, ctx, exceptions, http
+from mitmproxy.connection import ConnectionState
 from mitmproxy.proxy.mode_specs import ProxyMode, UpstreamMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,6 +49,8 @@ META_RELAY = "tool_discovery.relay"  # a live flow: the URL it really went to
 STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
 UPSTREAM_OPTIONS = frozenset({"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir",
                               "mode", "upstream_auth"})
+CLIENT_POLL_S = 0.5  # how often a buffered flow's phantom loop checks that its client still waits
+T = TypeVar("T")
 log = logging.getLogger("tool_discovery")
 
 
@@ -289,8 +292,14 @@ class ToolDiscovery:
                                flow.request.content or b"", flow.request.timestamp_start, first, whole=body)
         opener = self._opener(flow.request.url, list(flow.request.headers.items(multi=True)), aws, self._upstream(),
                               flow.id)
-        reply = await self.engine.runner(ctx_).buffered(first, opener)
+        reply = await _while_client_waits(flow, self.engine.runner(ctx_).buffered(first, opener))
+        if reply is None:  # the client went away: nothing to answer, the re-forward is cancelled
+            if flow.killable:
+                flow.kill()
+            return
         response = flow.response
+        if response.status_code != reply.status:  # HTTP/1's reason phrase goes with the status
+            response.reason = http.status_codes.RESPONSES.get(reply.status, "")
         response.status_code = reply.status
         response.headers = _headers([(k, v) for k, v in reply.headers if k.lower() != "content-encoding"])
         response.content = reply.body
@@ -376,6 +385,31 @@ class LiveRouter:
             flow.metadata.pop(META_LIVE, None)
             flow.metadata.pop(META_RELAY, None)
             flow.request.raw_content, flow.request.headers = held[2]
+
+
+async def _while_client_waits(flow: http.HTTPFlow, work: Coroutine[Any, Any, T]) -> T | None:
+    """``work``'s result, or None once the client closed its connection: ``work`` (the loop's
+    re-forwards) is then cancelled, which closes its upstream request, so no generation runs
+    for a client that left.
+
+    Why a poll of the connection: while a flow's response hook runs, mitmproxy holds that
+    flow's own events (its ``error`` hook comes only after the hook returned), but it marks the
+    client connection unreadable as soon as the client closes it; a client that sent its FIN
+    wants no more data (mitmproxy's HTTP/1 layer ends the flow on it too). An HTTP/2 stream reset
+    leaves the connection open and is not seen here."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait([task], timeout=CLIENT_POLL_S)
+            if done:
+                return task.result()
+            if not flow.client_conn.state & ConnectionState.CAN_READ:
+                log.info("client closed its connection; cancelling the phantom loop of %s", flow.request.pretty_url)
+                task.cancel()
+                await asyncio.wait([task])
+                return None
+    finally:
+        task.cancel()  # the hook itself cancelled (shutdown): the work goes with it
 
 
 def _ended(flow: http.HTTPFlow) -> None:

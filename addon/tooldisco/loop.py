@@ -12,7 +12,10 @@ Rules it obeys:
   reject the real calls without results. The real calls go to the client with the
   phantom part removed; the searches still run (``unanswered``), and their results go
   upstream beside the client's on its next request (``rounds``);
-- at most ``max_loops`` re-forwards, then the last answer goes out stripped;
+- at most ``max_loops`` re-forwards, the last one without the search tool, so the model
+  answers with what it has; should it still answer with searches only, the turn goes out
+  stripped and says whether anything is left (``Finish.empty``): an empty assistant turn
+  is refused by the APIs when the client sends it back in its history;
 - ``native``: found tools are loaded by the results themselves (``ToolResult.loads``), the
   tool list is never touched; classic: they are appended to the tool list; call-through
   (``dispatch``): neither, the model calls them through the dispatcher, whose calls reach
@@ -22,10 +25,11 @@ Rules it obeys:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
-from .providers.base import Adapter, CallThroughAdapter, Tool, ToolCall, ToolResult
+from .providers.base import Adapter, CallThroughAdapter, Tool, ToolCall, ToolResult, Unsupported
 
 if TYPE_CHECKING:
     from .strategies.call_through import Dispatch, Target
@@ -54,6 +58,7 @@ class Send:
 class Finish:
     message: dict[str, Any]  # everything the client sees, rounds merged
     reason: str  # "no_phantom" | "done" | "mixed" | "max_loops" | "error"
+    empty: bool = False  # max_loops: the client would get a turn with neither text nor calls
 
 
 @dataclass
@@ -128,7 +133,29 @@ class PhantomLoop:
             return self._finish("max_loops")
         self.rounds += 1
         self._body = self.adapter.continue_after(self._body, message, results, appended)
-        return Send(self._body, self.visible[-1])
+        last = self.rounds >= self.max_loops
+        return Send(self.without_search(self._body) if last else self._body, self.visible[-1])
+
+    def without_search(self, body: str) -> str:
+        """``body`` without the search tool in its tool list (natively deferred and call-through
+        tools stay as they are): the last re-forward lets the model answer, not search again.
+        A body the adapter cannot read keeps its tool; ``Finish.empty`` still guards the turn."""
+        try:
+            tools = self.adapter.parse(body).tools
+        except Unsupported:
+            return body
+        kept = [t.raw for t in tools if not self._search_tool(t)]
+        return body if len(kept) == len(tools) else self.adapter.with_tools(body, kept)
+
+    def _search_tool(self, tool: Tool) -> bool:
+        """Ours: a function by the search tool's name, or the API's own kind of search tool
+        (Responses' client-executed ``tool_search``, which native deferral adds, never the client)."""
+        if tool.name == self.phantom:
+            return True
+        if tool.pinned != "builtin":
+            return False
+        definition = json.loads(tool.raw)
+        return isinstance(definition, dict) and definition.get("type") == self.phantom
 
     def fail(self) -> Finish:
         """The upstream failed mid-loop: the client gets what it has seen so far."""
@@ -154,4 +181,18 @@ class PhantomLoop:
         return added
 
     def _finish(self, reason: str) -> Finish:
-        return Finish(self.adapter.merge(self.visible), reason)
+        merged = self.adapter.merge(self.visible)
+        return Finish(merged, reason, reason == "max_loops" and not has_content(self.adapter, merged))
+
+
+def has_content(adapter: Adapter, message: dict[str, Any]) -> bool:
+    """Whether an answer shows the client a call or some text: what makes an assistant turn the
+    APIs take back in a history."""
+    return bool(adapter.calls(message)) or any(_has_text(e) for e in adapter.shown(message))
+
+
+def _has_text(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any((k in ("text", "content") and isinstance(v, str) and v.strip() != "") or _has_text(v)
+                   for k, v in value.items())
+    return isinstance(value, list) and any(_has_text(v) for v in value)

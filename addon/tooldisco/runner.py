@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, cast
 from loguru import logger
 
 from . import jsonspan, rounds
-from .loop import Finish, PhantomLoop, Search, Send
+from .loop import Finish, PhantomLoop, Search, Send, has_content
 from .planner import FlowContext
 from .providers.base import CallThroughAdapter, StreamDecoder, ToolResult
 from .search.service import SearchService
@@ -38,6 +38,13 @@ REWRITE_REJECTED = frozenset({400, 422})
 MAX_BUFFERED_BYTES = 256 * 1024 * 1024  # a re-forwarded JSON answer read whole
 
 
+class UpstreamFailed(Exception):
+    """The proxy's own request got no whole answer: the upstream could not be reached, or its
+    answer broke off after the status line (reset, cut body, timeout). Raised by ``Open`` and
+    by an ``Answer``'s body, never passed over quietly: the client gets the provider's own
+    retryable error instead of a truncated success."""
+
+
 @dataclass
 class Answer:
     """An upstream answer being read: status and headers at once, the body as it arrives."""
@@ -48,7 +55,8 @@ class Answer:
     close: Callable[[], Awaitable[None]] = field(default=lambda: _noop())
 
     async def read(self, limit: int = MAX_BUFFERED_BYTES) -> bytes:
-        """The whole body (at most ``limit`` bytes; the rest is dropped), then the answer is closed."""
+        """The whole body (at most ``limit`` bytes; the rest is dropped), then the answer is closed.
+        ``UpstreamFailed`` when the body broke off."""
         parts, size = [], 0
         try:
             async for chunk in self.chunks:
@@ -127,10 +135,14 @@ class LoopRunner:
         return await self.timed(open_(body))
 
     async def timed(self, pending: Awaitable[Answer]) -> Answer:
-        """Await an upstream answer's head, counted as upstream time (the relay's first round too)."""
+        """Await an upstream answer's head, counted as upstream time (the relay's first round too).
+        No answer at all is a 502 in the API's error format, which clients retry."""
         t0 = time.perf_counter()
         try:
             return await pending
+        except UpstreamFailed as e:
+            reply = self._error_reply(502, str(e) or "the proxy could not reach the upstream")
+            return Answer.whole(reply.status, reply.body, reply.headers)
         finally:
             self._upstream_s += time.perf_counter() - t0
 
@@ -261,6 +273,9 @@ class LoopRunner:
                     await self._settle(action)
                     if action.reason == "no_phantom":  # the upstream's bytes, echoes restored
                         return Reply(200, headers, self._echo(body))
+                    if action.empty:  # never an empty success: an error the client retries
+                        record.outcome = "max_loops_empty"
+                        return self._error_reply(502, "the model only searched for tools")
                     merged = _dumps(action.message)
                     usage = list(ctx.adapter.usage_headers(action.message).items())
                     return Reply(200, _override(headers, usage), self._echo(merged))
@@ -269,6 +284,13 @@ class LoopRunner:
                 message = _json_object(body) if reforward.status == 200 else None
                 if message is None:
                     return await self._reforward_failed(Reply(reforward.status, reforward.headers, body), open_)
+        except asyncio.CancelledError:  # the client went away: the upstream request ends with it
+            record.outcome = "client_gone"
+            raise
+        except UpstreamFailed as e:  # a body broke off: never a truncated success
+            record.outcome = "upstream_failed"
+            logger.warning("upstream answer broke off: {}", e)
+            return self._error_reply(502, str(e))
         except Exception as e:  # fail open: the first answer without the search the client cannot run
             record.outcome = f"error: {type(e).__name__}"
             logger.opt(exception=e).warning("phantom loop failed; passing the first upstream answer on")
@@ -293,21 +315,27 @@ class LoopRunner:
             return self._error_reply(502, "tool discovery failed")
         try:
             stripped = ctx.adapter.strip(message, [ctx.phantom])
+            if not has_content(ctx.adapter, stripped):  # searches only: an empty turn is refused later
+                return self._error_reply(502, "tool discovery failed")
             return Reply(200, headers, self._echo(_dumps(stripped)))
         except Exception:
             return self._error_reply(502, "tool discovery failed")
 
     def _error_reply(self, status: int, message: str) -> Reply:
-        body = {"error": {"type": "api_error", "code": status, "message": message}}
-        return Reply(status, [("content-type", "application/json")], _dumps(body))
+        """An error of the proxy's own in the API's format, so the client's SDK raises (and retries) it."""
+        headers, body = self.ctx.adapter.error_body(Failure(status, message=message))
+        return Reply(status, headers, body)
 
     async def _reforward_failed(self, answer: Reply, open_: Open) -> Reply:
         """A re-forward failed. A 4xx may be ours: retry the client's own request, untouched.
-        Anything else (5xx, 429, an unreadable 200) goes to the client as it is, so its retry
-        logic applies."""
+        Anything else (5xx, 429) goes to the client as it is, so its retry logic applies; an
+        unreadable 200 becomes a 502 in the API's format."""
         record = self.ctx.record
         self.loop.fail()
         logger.warning("upstream answered {} to a phantom re-forward", answer.status)
+        if answer.status == 200:  # unreadable: never a success the client cannot parse
+            record.fallback_reason = record.outcome = "reforward_unreadable"
+            return self._error_reply(502, "the upstream answer could not be read")
         if 400 <= answer.status < 500 and answer.status != 429:
             record.fallback_reason = f"reforward_{answer.status}_original_sent"
             record.outcome = f"fallback_{answer.status}"
@@ -366,6 +394,11 @@ class LoopRunner:
                     action = await self.step(end.message)
                     own_s += time.perf_counter() - t0
                     if isinstance(action, Finish):
+                        if action.empty:  # never an empty success: an error the client retries
+                            record.outcome = "max_loops_empty"
+                            await self._settle(action, shown_id, {})
+                            yield stitcher.fail(Failure(502, message="the model only searched for tools"))
+                            return
                         rest = stitcher.finish()
                         seen.feed(rest)
                         # The session first: the client may send its next turn the moment it reads the end.
@@ -383,6 +416,11 @@ class LoopRunner:
                 except (GeneratorExit, asyncio.CancelledError):
                     record.outcome = "client_gone"
                     raise
+                except UpstreamFailed as e:  # a round broke off: the stream ends with the API's error
+                    record.outcome = "upstream_failed"
+                    logger.warning("upstream stream broke off: {}", e)
+                    yield stitcher.fail(Failure(502, message=str(e)))
+                    return
                 except Exception as e:  # after bytes went out, the stream still ends valid
                     record.outcome = f"error: {type(e).__name__}"
                     logger.opt(exception=e).warning("live phantom loop failed; ending the stream with an error")

@@ -29,6 +29,10 @@ Responses a ``reasoning`` item with ``encrypted_content``.
 test gives each session a marker its answers must carry, so an answer delivered to another
 client shows.
 
+``hold`` (seconds) answers late; a client that closes its connection meanwhile is recorded
+(``client_gone``) and gets nothing. ``fault``: ``"close"`` drops the connection without a
+status line, ``"cut"`` sends the status and half the body (half the stream's events), then drops it.
+
 Conditions: ``offered``, ``not_offered``, ``no_result_for`` (default: the called tools;
 ``[]`` disables), ``has_result_for``, ``contains`` (substring of the raw body), ``nth``
 (1-based index of the API request since the last reset), ``api`` ("anthropic",
@@ -80,6 +84,8 @@ class Rule:
     error: Fail | None = None
     usage: Usage | None = None
     delay: float | None = None  # stream pacing for this reply, seconds between events
+    hold: float | None = None  # seconds before answering, watching for the client closing the connection
+    fault: str | None = None  # "close": the connection closes unanswered; "cut": the body stops halfway
     # conditions
     offered: list[str] = field(default_factory=list)
     not_offered: list[str] = field(default_factory=list)

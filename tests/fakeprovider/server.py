@@ -28,6 +28,7 @@ import base64
 import gzip
 import json
 import logging
+import select
 import socket
 import threading
 import time
@@ -384,6 +385,16 @@ class _Handler(BaseHTTPRequestHandler):
             response = self._answer(provider, route, rec, query)
             if fake.first_delay > 0:  # the model reading the prompt before its first token
                 time.sleep(fake.first_delay)
+            rule = rec.rule or {}
+            if rule.get("hold") and not self._hold(rec, float(rule["hold"])):
+                return
+            if rule.get("fault") == "close":  # no status line: the connection just ends
+                rec.error = "fault: closed unanswered"
+                self.close_connection = True
+                return
+            if rule.get("fault") == "cut":
+                self._send_cut(rec, response)
+                return
             if isinstance(response, StreamResponse):
                 self._send_stream(rec, response)
             else:
@@ -459,6 +470,46 @@ class _Handler(BaseHTTPRequestHandler):
             )
         finally:
             self.fake._finish(rec)
+
+    # --- scripted faults ----------------------------------------------------------------
+
+    def _hold(self, rec: RecordedRequest, seconds: float) -> bool:
+        """Wait ``seconds`` before answering; False (recorded as ``client_gone``) when the client
+        closes the connection meanwhile."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([self.connection], [], [], min(left, 0.1))
+            if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                rec.client_gone = True
+                rec.error = "client closed the connection during the hold"
+                self.close_connection = True
+                return False
+        return True
+
+    def _send_cut(self, rec: RecordedRequest, response: Response) -> None:
+        """The status line, the headers and half the body, then the connection drops."""
+        rec.error = "fault: body cut"
+        self.close_connection = True
+        if isinstance(response, StreamResponse):
+            events = list(response.events)
+            rec.status = response.status
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.content_type)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in events[: len(events) // 2]:
+                if event:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+            return
+        data = response.encode()
+        rec.status = response.status
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data[: len(data) // 2])
+        self.wfile.flush()
 
     # --- response -----------------------------------------------------------------------
 

@@ -821,3 +821,10 @@ async def test_a_refusal_of_the_dispatchers_schema_resends_classic_and_the_sessi
     later_body, later = forward(engine, GEMINI, G_KEY, gemini_request(
         {"role": "model", "parts": [{"text": "done"}]}, {"role": "user", "parts": [{"text": "and now?"}]}))
     assert later.dispatch is None and later.record.deferral == "classic" and D not in declared(later_body)
+
+
+def test_the_last_reforward_drops_the_search_tool_and_keeps_the_dispatcher(engine):
+    body, ctx = forward(engine, CHAT, KEY, chat_request())
+    assert names_of(body)[-2:] == [P, D]
+    shown = names_of(engine.runner(ctx).loop.without_search(body))
+    assert shown == [n for n in names_of(body) if n != P] and shown[-1] == D

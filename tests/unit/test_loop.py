@@ -2,10 +2,14 @@
 
 import json
 
+import pytest
+
 from tooldisco.loop import Finish, Found, PhantomLoop, Search, Send
 from tooldisco.providers.anthropic import AnthropicAdapter
 from tooldisco.providers.base import Tool, ToolResult
+from tooldisco.providers.detect import detect
 
+from tests.support.catalog import anthropic_tools
 from tests.support.loop_driver import Driver
 
 A = AnthropicAdapter()
@@ -84,6 +88,30 @@ def test_max_loops_then_stripped():
     assert act.message["stop_reason"] == "end_turn" and P not in json.dumps(act.message)
 
 
+def test_the_last_reforward_goes_without_the_search_tool():
+    """At the limit the model answers with what it has: the search tool is no longer offered,
+    the tools it found still are."""
+    loop = new_loop(max_loops=2)
+    first = loop.start(BODY, msg(search_call("a")))
+    assert [t["name"] for t in json.loads(first.body)["tools"]] == [P, "get_weather"]
+    last = loop.receive(msg(search_call("b"), i=2))
+    assert isinstance(last, Send) and loop.rounds == 2
+    assert [t["name"] for t in json.loads(last.body)["tools"]] == ["get_weather"]
+    assert json.loads(last.body)["messages"][-1]["content"][0]["tool_use_id"] == "b"  # history as it was
+
+
+def test_a_search_only_turn_at_the_limit_is_empty_not_a_success():
+    loop = new_loop(max_loops=1)
+    loop.start(BODY, msg(search_call("a")))
+    act = loop.receive(msg(search_call("b"), i=2))
+    assert isinstance(act, Finish) and act.reason == "max_loops" and act.empty
+    assert act.message["content"] == []
+    loop = new_loop(max_loops=1)
+    loop.start(BODY, msg({"type": "text", "text": "let me look"}, search_call("a")))
+    act = loop.receive(msg(search_call("b"), i=2))
+    assert act.reason == "max_loops" and not act.empty  # the text it wrote is a turn
+
+
 def test_already_forwarded_tools_are_not_injected_twice():
     loop = new_loop()
     loop.start(BODY, msg(search_call("a")))
@@ -98,3 +126,43 @@ def test_failure_returns_what_was_seen():
     fin = loop.fail()
     assert fin.reason == "error" and fin.message["content"] == [{"type": "text", "text": "searching"}]
     assert fin.message["stop_reason"] == "end_turn"
+
+
+def _tools(n: int = 30) -> list[dict]:
+    return anthropic_tools(n)
+
+
+API_REQUESTS = {
+    "/v1/chat/completions": lambda tools: {"model": "gpt-x", "messages": [{"role": "user", "content": "weather?"}],
+                                           "tools": [{"type": "function", "function": {
+                                               "name": t["name"], "description": t["description"],
+                                               "parameters": t["input_schema"]}} for t in tools]},
+    "/v1/responses": lambda tools: {"model": "gpt-x", "input": "weather?", "tools": [
+        {"type": "function", "name": t["name"], "description": t["description"], "parameters": t["input_schema"]}
+        for t in tools] + [{"type": "web_search"}]},
+    "/v1beta/models/gemini-x:generateContent": lambda tools: {
+        "contents": [{"role": "user", "parts": [{"text": "weather?"}]}],
+        "tools": [{"functionDeclarations": [{"name": t["name"], "description": t["description"],
+                                             "parametersJsonSchema": t["input_schema"]} for t in tools]},
+                  {"googleSearch": {}}]},
+    "/model/m/converse": lambda tools: {"messages": [{"role": "user", "content": [{"text": "weather?"}]}],
+                                        "toolConfig": {"tools": [{"toolSpec": {
+                                            "name": t["name"], "description": t["description"],
+                                            "inputSchema": {"json": t["input_schema"]}}} for t in tools]
+                                            + [{"cachePoint": {"type": "default"}}]}},
+}
+
+
+@pytest.mark.parametrize("path", list(API_REQUESTS))
+def test_without_search_takes_only_the_search_tool_out_for_every_api(path):
+    """What the last re-forward sends, per API: every other tool entry (hosted tools, cache
+    points) where it was."""
+    adapter = detect("POST", path)
+    client = json.dumps(API_REQUESTS[path](_tools()))
+    with_search = adapter.with_tools(client, [t.raw for t in adapter.parse(client).tools]
+                                     + [adapter.phantom_tool(P, "Search the tools.")])
+    loop = PhantomLoop(adapter, P, [P])
+    assert P in adapter.parse(with_search).names()
+    out = loop.without_search(with_search)
+    assert adapter.parse(out).names() == adapter.parse(client).names()
+    assert json.loads(out) == json.loads(adapter.with_tools(client, [t.raw for t in adapter.parse(client).tools]))

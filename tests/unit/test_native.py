@@ -307,3 +307,22 @@ def test_native_config_takes_globs_per_api_and_empty_lists_turn_it_off():
         parse({"pipes": {"tool_discovery": {"native": {"anthropic": [3]}}}})
     with pytest.raises(ConfigError, match="native.gemini: unknown key"):
         parse({"pipes": {"tool_discovery": {"native": {"gemini": ["x"]}}}})
+
+
+@pytest.mark.parametrize("api", ["anthropic", "responses"])
+def test_the_last_reforward_drops_only_the_native_search_tool(engine, api):
+    """At the loop limit the search tool goes; the deferred tools stay in ``tools[]`` as they
+    were (the references in the history name them)."""
+    if api == "anthropic":
+        adapter, client = A, messages_body("weather forecast for Paris")
+    else:
+        adapter = R
+        client = json.dumps({"model": "gpt-5.4", "input": "weather forecast for Paris", "tools": FUNCTIONS}).encode()
+    prepared = engine.prepare(adapter, HEADERS, client)
+    ctx = prepared.context
+    assert ctx.native
+    loop = engine.runner(ctx).loop
+    before = tool_texts(prepared.body)
+    after = tool_texts(loop.without_search(prepared.body.decode()))
+    assert len(after) == len(before) - 1 and after == before[:-1]  # the search tool was last
+    assert any('"defer_loading"' in t for t in after)

@@ -8,8 +8,14 @@ import pytest
 from tooldisco.config import parse
 from tooldisco.engine import Engine
 from tooldisco.providers.anthropic import AnthropicAdapter
-from tooldisco.runner import Answer, Head
+from tooldisco.providers.bedrock import ConverseAdapter, InvokeAdapter
+from tooldisco.providers.gemini import GeminiAdapter
+from tooldisco.providers.openai_chat import OpenAIChatAdapter
+from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
+from tooldisco.loop import PhantomLoop
+from tooldisco.runner import Answer, Head, UpstreamFailed
 from tooldisco.search.base import Catalog
+from tooldisco.stitch.base import Failure
 from tooldisco.streams.anthropic import AnthropicStreamDecoder, encode
 
 from tests.support.catalog import anthropic_tools
@@ -241,3 +247,123 @@ async def test_live_client_gone_closes_the_upstream(engine):
     await items.__anext__()
     await items.aclose()
     assert first.closed and last_record(engine)["outcome"] == "client_gone"
+
+
+# --- a re-forward that fails, a model that only searches -------------------------------------
+
+
+def broken(data: bytes, status: int = 200) -> Answer:
+    """An answer whose body breaks off halfway, as the upstream client reports it."""
+    async def gen():
+        yield data[: len(data) // 2]
+        raise UpstreamFailed("the upstream answer broke off (ClientPayloadError)")
+
+    return Answer(status, [("content-type", "application/json")], gen())
+
+
+def anthropic_error(out) -> dict:
+    assert out.status == 502 and ("content-type", "application/json") in out.headers
+    error = json.loads(out.body)
+    assert error["type"] == "error" and error["error"]["type"] == "api_error"
+    return error
+
+
+async def test_a_reforward_that_breaks_off_is_a_5xx_in_the_apis_format_not_a_cut_success(engine):
+    async def open_(b):
+        return broken(json.dumps(message({"type": "text", "text": "the forecast is sunny"}, stop="end_turn")).encode())
+
+    out = await engine.runner(context(engine)).buffered(whole(message(search_call())), open_)
+    assert "broke off" in anthropic_error(out)["error"]["message"]
+    assert last_record(engine)["outcome"] == "upstream_failed"
+
+
+async def test_a_reforward_without_any_answer_is_a_5xx_in_the_apis_format(engine):
+    async def open_(b):
+        raise UpstreamFailed("the proxy could not reach the upstream (ServerDisconnectedError)")
+
+    out = await engine.runner(context(engine)).buffered(whole(message(search_call())), open_)
+    assert "could not reach" in anthropic_error(out)["error"]["message"]
+
+
+async def test_an_unreadable_200_on_a_reforward_is_a_5xx_not_a_success(engine):
+    async def open_(b):
+        return Answer.whole(200, b'{"id":"msg_2","content":[{"type":"te')
+
+    out = await engine.runner(context(engine)).buffered(whole(message(search_call())), open_)
+    anthropic_error(out)
+
+
+async def test_live_reforward_that_breaks_off_ends_with_the_in_stream_error(engine):
+    async def open_(b):
+        return broken(encode(message({"type": "text", "text": "the forecast is sunny"}, stop="end_turn")))
+
+    first = encode(message({"type": "text", "text": "looking"}, search_call()))
+    head, out = await collect(engine.runner(context(engine, True)).live(chunked(first), open_))
+    assert head.status == 200 and b"event: error" in out and b"broke off" in out
+    assert b"message_stop" not in out and P.encode() not in out
+
+
+def always_search(bodies):
+    """A model that calls the search tool whenever it is offered, and answers otherwise."""
+    async def open_(b):
+        sent = json.loads(b)
+        bodies.append(sent)
+        if P in [t["name"] for t in sent["tools"]]:
+            return whole(message(search_call(f"again {len(bodies)}"), msg_id=f"msg_{len(bodies) + 1}"))
+        return whole(message({"type": "text", "text": "Here is what I have."}, stop="end_turn"))
+
+    return open_
+
+
+async def test_at_the_loop_limit_the_model_answers_without_the_search_tool(engine):
+    bodies: list = []
+    out = await engine.runner(context(engine)).buffered(whole(message(search_call())), always_search(bodies))
+    limit = engine.config.tool_discovery.max_phantom_loops
+    assert len(bodies) == limit
+    assert all(P in [t["name"] for t in b["tools"]] for b in bodies[:-1])
+    assert P not in [t["name"] for t in bodies[-1]["tools"]] and bodies[-1]["tools"]
+    got = json.loads(out.body)
+    assert out.status == 200 and got["content"] == [{"type": "text", "text": "Here is what I have."}]
+
+
+async def test_live_at_the_loop_limit_the_model_answers_without_the_search_tool(engine):
+    bodies: list = []
+    open_ = always_search(bodies)
+
+    async def streamed(b):
+        answer = await open_(b)
+        return chunked(encode(json.loads(await answer.read())))
+
+    first = encode(message(search_call()))
+    head, out = await collect(engine.runner(context(engine, True)).live(chunked(first), streamed))
+    assert P not in [t["name"] for t in bodies[-1]["tools"]]
+    assert decoded(out)["content"] == [{"type": "text", "text": "Here is what I have."}]
+
+
+async def test_a_turn_left_empty_at_the_limit_is_an_error_never_an_empty_success(engine, monkeypatch):
+    """Should the model search even without the tool (the adapter could not take it out), the
+    client gets the API's retryable error, never ``content: []``."""
+    monkeypatch.setattr(PhantomLoop, "without_search", lambda self, body: body)
+    out = await engine.runner(context(engine)).buffered(whole(message(search_call())), always_search([]))
+    anthropic_error(out)
+    assert last_record(engine)["outcome"] == "max_loops_empty"
+
+    async def streamed(b):
+        return chunked(encode(message(search_call("again"), msg_id="msg_n")))
+
+    first = encode(message(search_call()))
+    _, out = await collect(engine.runner(context(engine, True)).live(chunked(first), streamed))
+    assert b"event: error" in out and b"message_stop" not in out
+
+
+@pytest.mark.parametrize("adapter, shape", [
+    (AnthropicAdapter(), lambda b, h: b["type"] == "error" and b["error"] == {"type": "api_error", "message": "cut"}),
+    (OpenAIChatAdapter(), lambda b, h: b["error"]["type"] == "server_error" and b["error"]["message"] == "cut"),
+    (OpenAIResponsesAdapter(), lambda b, h: b["error"]["code"] == "server_error" and b["error"]["message"] == "cut"),
+    (GeminiAdapter(), lambda b, h: b["error"] == {"code": 502, "message": "cut", "status": "INTERNAL"}),
+    (ConverseAdapter(), lambda b, h: b == {"message": "cut"} and h["x-amzn-ErrorType"] == "InternalServerException"),
+    (InvokeAdapter(), lambda b, h: b == {"message": "cut"} and h["x-amzn-ErrorType"] == "InternalServerException"),
+])
+def test_the_proxys_own_errors_take_each_apis_format(adapter, shape):
+    headers, body = adapter.error_body(Failure(502, message="cut"))
+    assert shape(json.loads(body), dict(headers)) and dict(headers)["content-type"] == "application/json"

@@ -1,14 +1,18 @@
-"""The proxy's own HTTP client against a real socket server: a kept-alive connection the
-server drops unanswered is retried once on a new one; other failures come back as a 502."""
+"""The proxy's own HTTP client against a real socket server: a request is sent again only when
+no connection could be made; every other failure, a body that breaks off included, is raised
+(``UpstreamFailed``) for the runner to answer with the API's retryable error."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
+from aiohttp.client_reqrep import ConnectionKey
 
 from tooldisco.net.upstream import UpstreamClient, UpstreamOptions
+from tooldisco.runner import UpstreamFailed
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}"
 
@@ -21,6 +25,7 @@ class Server:
     def __init__(self, drop_reused: bool = True, drop_all: bool = False) -> None:
         self.drop_reused, self.drop_all = drop_reused, drop_all
         self.partial = False  # answer with the first bytes of a longer body, then wait
+        self.hang_up = False  # with partial: close at once instead of waiting
         self.connections = 0
         self.requests = 0
 
@@ -39,7 +44,8 @@ class Server:
                 if self.partial:
                     writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n" + b"x" * 10)
                     await writer.drain()
-                    await reader.read()  # until the client closes
+                    if not self.hang_up:
+                        await reader.read()  # until the client closes
                     return
                 writer.write(OK)
                 await writer.drain()
@@ -64,25 +70,74 @@ async def serve() -> AsyncIterator:
         s.close()
 
 
-async def test_a_kept_alive_connection_dropped_unanswered_is_retried_on_a_new_one(serve):
+async def test_a_request_the_server_read_is_never_sent_again(serve):
+    """A kept-alive connection closed unanswered after the server read the request: it may be
+    working on it (a generation, billed), so the proxy does not send it a second time."""
     server = Server()
     url = await serve(server)
     client = UpstreamClient(UpstreamOptions())
     first = await client.open(url, [("content-type", "application/json")], b"{}")
     assert first.status == 200 and await first.read() == b'{"ok":true}'
-    second = await client.open(url, [("content-type", "application/json")], b"{}")
-    assert second.status == 200 and await second.read() == b'{"ok":true}'
-    assert server.connections == 2 and server.requests == 3  # the dropped one, then the new connection
+    with pytest.raises(UpstreamFailed, match="could not reach the upstream"):
+        await client.open(url, [("content-type", "application/json")], b"{}")
+    assert server.connections == 1 and server.requests == 2  # the dropped one, once
     await client.retire()
 
 
-async def test_a_server_that_never_answers_gets_one_retry_then_a_502(serve):
+async def test_a_server_that_never_answers_gets_the_request_once(serve):
     server = Server(drop_all=True)
     url = await serve(server)
     client = UpstreamClient(UpstreamOptions())
+    with pytest.raises(UpstreamFailed):
+        await client.open(url, [], b"{}")
+    assert server.requests == 1
+    await client.retire()
+
+
+async def test_a_refused_connection_is_tried_once_more(serve, monkeypatch):
+    """Nothing of the request left the proxy: the one case where it is sent again."""
+    server = Server(drop_reused=False)
+    url = await serve(server)
+    client = UpstreamClient(UpstreamOptions())
+    post, attempts = client._session.post, []
+
+    async def refused_once(*args, **kwargs):
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise aiohttp.ClientConnectorError(ConnectionKey("127.0.0.1", 1, False, True, None, None, None),
+                                               ConnectionRefusedError(111, "refused"))
+        return await post(*args, **kwargs)
+
+    monkeypatch.setattr(client._session, "post", refused_once)
     answer = await client.open(url, [], b"{}")
-    assert answer.status == 502 and b"could not reach the upstream" in await answer.read()
-    assert server.requests == 2
+    assert answer.status == 200 and await answer.read() == b'{"ok":true}'
+    assert len(attempts) == 2 and server.requests == 1
+    await client.retire()
+
+
+async def test_a_body_that_breaks_off_raises_instead_of_ending_short(serve):
+    server = Server(drop_reused=False)
+    server.partial, server.hang_up = True, True
+    url = await serve(server)
+    client = UpstreamClient(UpstreamOptions())
+    answer = await client.open(url, [], b"{}")
+    assert answer.status == 200
+    with pytest.raises(UpstreamFailed, match="broke off"):
+        await answer.read()
+    await client.retire()
+    assert client.closed
+
+
+async def test_an_idle_connection_is_not_reused_past_the_keepalive(serve):
+    """Servers close idle connections after a few seconds; the proxy lets them go first."""
+    server = Server(drop_reused=False)
+    url = await serve(server)
+    client = UpstreamClient(UpstreamOptions(keepalive=0.2))
+    for pause in (0.0, 0.6):
+        await asyncio.sleep(pause)
+        answer = await client.open(url, [], b"{}")
+        assert await answer.read() == b'{"ok":true}'
+    assert server.requests == 2 and server.connections == 2
     await client.retire()
 
 

@@ -25,7 +25,7 @@ import certifi
 from loguru import logger
 from yarl import URL
 
-from ..runner import Answer
+from ..runner import Answer, UpstreamFailed
 
 # Request headers that belong to one hop, or that the client sets itself from the body it sends.
 HOP_BY_HOP = frozenset(
@@ -35,12 +35,16 @@ HOP_BY_HOP = frozenset(
 # Headers aiohttp would add that the agent did not send: nothing goes upstream that it did not.
 _NOT_OURS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 
-# What a server closing a kept-alive connection under our request looks like: no status line
-# read, or the socket reset while we wrote or read. Never a timeout: a slow server may be
-# working on it.
-STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+# A request is sent again only when it provably never reached the server: no connection could
+# be made, so not one byte of it was written. A connection that fails once the request was
+# written (reset, closed without a status line, a timeout) says nothing of whether the server
+# read it: a server may take a POST, work on it for a minute and then drop the connection, and
+# a second send would be a second generation, billed twice. Nothing in aiohttp tells a request
+# the kernel took but the server never read from one it did, so those failures go to the client
+# as the API's retryable error, and stale kept-alive connections are avoided instead (``keepalive``).
+NOT_SENT = aiohttp.ClientConnectorError
+NEVER_RETRIED = (aiohttp.ClientConnectorCertificateError, aiohttp.ClientSSLError)  # the same again
 FAILED = (aiohttp.ClientError, asyncio.TimeoutError)
-UNREACHABLE = b'{"error":{"type":"api_error","code":502,"message":"the proxy could not reach the upstream"}}'
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,10 @@ class UpstreamOptions:
     ca_dir: str | None = None  # ssl_verify_upstream_trusted_confdir
     connect_timeout: float = 30.0
     read_timeout: float = 600.0  # between two chunks of an answer: models think
+    # Seconds an idle connection is kept for reuse: below the common servers' own idle timeouts
+    # (uvicorn and Node.js close idle connections after 5 s), so the proxy seldom writes a
+    # request on a connection the server is closing; such a request is never sent again.
+    keepalive: float = 4.0
 
 
 class UpstreamClient:
@@ -62,7 +70,8 @@ class UpstreamClient:
     def __init__(self, options: UpstreamOptions) -> None:
         self.options = options
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ssl=_verify(options)),  # no cap: mitmproxy has none either
+            # no cap: mitmproxy has none either
+            connector=aiohttp.TCPConnector(limit=0, ssl=_verify(options), keepalive_timeout=options.keepalive),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=options.connect_timeout,
                                           sock_read=options.read_timeout),
             trust_env=False,  # mitmproxy's options decide, not the proxy process's environment
@@ -75,15 +84,17 @@ class UpstreamClient:
         self._retired = False
 
     async def open(self, url: str, headers: Sequence[tuple[str, str]], body: bytes) -> Answer:
-        """POST ``body``; the answer's body is read as it arrives (decoded, no content-encoding)."""
+        """POST ``body``; the answer's body is read as it arrives (decoded, no content-encoding).
+        ``UpstreamFailed`` when no status line came; the body raises it when it breaks off.
+        Cancelled (the client went away), the request ends with its connection."""
         sent = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP] + [("accept-encoding", "identity")]
         self._in_use += 1
         try:
             response = await self._send(url, sent, body)
-        except FAILED as e:  # no answer at all: a 502 in the common error shape, so clients retry
+        except FAILED as e:  # no answer at all: the caller answers with the API's retryable error
             await self._release()
             logger.warning("upstream request failed: {}", type(e).__name__)
-            return Answer.whole(502, UNREACHABLE, [("content-type", "application/json")])
+            raise UpstreamFailed(f"the proxy could not reach the upstream ({type(e).__name__})") from e
         except BaseException:
             await self._release()
             raise
@@ -103,8 +114,9 @@ class UpstreamClient:
             try:
                 async for chunk in response.content.iter_any():
                     yield chunk
-            except FAILED as e:  # cut off mid-body: the reader sees a truncated answer
+            except FAILED as e:  # cut off mid-body: said to the reader, never a quiet (truncated) end
                 logger.warning("upstream answer cut off: {}", type(e).__name__)
+                raise UpstreamFailed(f"the upstream answer broke off ({type(e).__name__})") from e
             finally:
                 await close()
 
@@ -114,9 +126,8 @@ class UpstreamClient:
         return Answer(response.status, kept, chunks(), close)
 
     async def _send(self, url: str, headers: list[tuple[str, str]], body: bytes) -> aiohttp.ClientResponse:
-        """Send once more on a new connection when the server closed a kept-alive one without
-        answering (``STALE``): it dropped an idle connection as we reused it, which says nothing
-        of the request. Any other failure, and a second one, is the caller's."""
+        """Send once more only when no connection could be made (``NOT_SENT``): nothing of the
+        request left the proxy. Any other failure, and a second one, is the caller's."""
         for attempt in (1, 2):
             try:
                 return await self._session.post(
@@ -124,10 +135,10 @@ class UpstreamClient:
                     data=body, headers=headers, allow_redirects=False,
                     proxy=self._proxy, proxy_auth=self._proxy_auth,
                 )
-            except STALE as e:
-                if attempt == 2:
+            except NOT_SENT as e:
+                if attempt == 2 or isinstance(e, NEVER_RETRIED):
                     raise
-                logger.debug("upstream closed a kept-alive connection unanswered ({}); sending again", type(e).__name__)
+                logger.debug("could not connect to the upstream ({}); trying once more", type(e).__name__)
         raise AssertionError("unreachable")
 
     async def _release(self) -> None:

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
-from ..stitch.base import Stitcher
+from ..stitch.base import Failure, Stitcher
 from ..streams.common import as_list
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
@@ -227,6 +227,13 @@ class AnthropicAdapter(AdapterDefaults):
         from ..streams.anthropic import encode
 
         return encode(message)
+
+    def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+        """Anthropic's error body: ``{"type": "error", "error": {"type", "message"}}``."""
+        from ..stitch.anthropic import error_object
+
+        body = {"type": "error", "error": error_object(failure)}
+        return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
     def stitcher(self, phantom: str, body: str) -> Stitcher:
         from ..stitch.anthropic import AnthropicStitcher

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Protocol, Sequence
 
-from ..stitch.base import Stitcher
+from ..stitch.base import Failure, Stitcher
 
 if TYPE_CHECKING:
     from ..strategies.call_through import Dispatch, Target
@@ -193,6 +193,11 @@ class Adapter(Protocol):
     def restore_echo(self, response: str, body: str) -> str:
         """A JSON answer with the request fields it echoes (Responses ``tools``, ``tool_choice``)
         put back to the client's own, from ``body`` as the client sent it; other bytes kept."""
+        ...
+
+    def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+        """Headers and body of an HTTP error answer of the proxy's own, in this API's format,
+        so that the client's SDK raises the error it retries."""
         ...
 
     def stitcher(self, phantom: str, body: str) -> Stitcher:

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
-from ..stitch.base import Stitcher
+from ..stitch.base import Failure, Stitcher, error_kind
 from ..streams.bedrock import METRICS
 from ..streams.common import as_dict, as_list
 from .anthropic import AnthropicAdapter
@@ -206,10 +206,23 @@ class ConverseAdapter(AdapterDefaults):
 
         return encode_converse(message)
 
+    def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+        return _error_body(failure)
+
     def stitcher(self, phantom: str, body: str) -> Stitcher:
         from ..stitch.bedrock_converse import ConverseStitcher
 
         return ConverseStitcher(phantom)
+
+
+def _error_body(failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+    """Bedrock's error answer: the exception's name in ``x-amzn-ErrorType`` (what botocore reads
+    the error code from) and ``{"message"}`` as the body."""
+    from ..stitch.bedrock_converse import _EXCEPTIONS
+
+    name = _EXCEPTIONS[error_kind(failure.status)]
+    body = jsonspan.dumps({"message": failure.text()}).encode("utf-8")
+    return [("content-type", "application/json"), ("x-amzn-ErrorType", name[0].upper() + name[1:])], body
 
 
 def _with_beta(body: str, beta: str) -> str:
@@ -270,6 +283,9 @@ class InvokeAdapter(AnthropicAdapter):
         from ..streams.bedrock import encode_invoke
 
         return encode_invoke(message)
+
+    def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+        return _error_body(failure)
 
     def stitcher(self, phantom: str, body: str) -> Stitcher:
         from ..stitch.bedrock_invoke import InvokeStitcher

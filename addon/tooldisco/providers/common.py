@@ -10,6 +10,7 @@ from typing import Any, Callable, Collection, Iterable, Sequence
 from .. import jsonspan
 from ..bytecache import MiB, memoize
 from ..streams import common as streams
+from ..stitch.base import Failure
 from .base import RequestView, Tool, Unsupported
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
@@ -92,6 +93,12 @@ class History:
 
 class AdapterDefaults:
     """What most APIs do: no conversation kept on the server, usage only in the body."""
+
+    def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+        """Headers and JSON body of an HTTP error answer in the API's own format, so that the
+        client's SDK raises the error it retries (each API overrides it with its shape)."""
+        body = {"error": {"type": "api_error", "code": failure.status, "message": failure.text()}}
+        return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
     def usage_headers(self, message: dict[str, Any]) -> dict[str, str]:
         return {}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
-from ..stitch.base import Stitcher
+from ..stitch.base import Failure, Stitcher
 from ..streams.common import as_dict, as_list
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
@@ -501,6 +501,13 @@ class GeminiAdapter(AdapterDefaults):
         from ..strategies.call_through import schema
 
         return jsonspan.dumps({"name": name, "description": description, "parametersJsonSchema": schema()})
+
+    def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+        """Google's error body: ``{"error": {"code", "message", "status"}}``."""
+        from ..stitch.gemini import _error_object
+
+        body = {"error": _error_object(failure)}
+        return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
     def stitcher(self, phantom: str, body: str, dispatch: Dispatch | None = None) -> Stitcher:
         from ..stitch.gemini import GeminiStitcher

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
-from ..stitch.base import Stitcher
+from ..stitch.base import Failure, Stitcher
 from ..streams.common import as_dict, as_list
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
 from .common import (
@@ -301,6 +301,13 @@ class OpenAIChatAdapter(AdapterDefaults):
 
         return jsonspan.dumps({"type": "function",
                                "function": {"name": name, "description": description, "parameters": schema()}})
+
+    def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+        """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+        from ..stitch.openai_chat import _error_object
+
+        body = {"error": _error_object(failure)}
+        return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
     def stitcher(self, phantom: str, body: str, dispatch: Dispatch | None = None) -> Stitcher:
         from ..stitch.openai_chat import ChatStitcher

@@ -15,7 +15,7 @@ from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from .. import jsonspan
 from ..bytecache import MiB, memoize
-from ..stitch.base import Stitcher
+from ..stitch.base import Failure, Stitcher
 from ..streams.common import as_list
 from .anthropic import deferred_text
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
@@ -429,6 +429,13 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         from ..streams.openai_responses import encode
 
         return encode(message)
+
+    def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+        """OpenAI's error body (Responses shares Chat's): ``{"error": {"message", "type", "param", "code"}}``."""
+        from ..stitch.openai_chat import _error_object
+
+        body = {"error": _error_object(failure)}
+        return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
     def stitcher(self, phantom: str, body: str) -> Stitcher:
         from ..stitch.openai_responses import ResponsesStitcher
