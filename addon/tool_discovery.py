@@ -249,7 +249,8 @@ class ToolDiscovery:
                 yield item
 
         port = await self.relay.start()
-        token = self.relay.register(serve)
+        raw = flow.request.raw_content
+        token = self.relay.register(serve, None if raw is None else len(raw))  # no longer body is read
         flow.metadata[META_RELAY] = url
         if flow.server_conn.via is not None:  # upstream mode: the relay is reached directly, it uses the proxy
             flow.server_conn = connection.Server(address=("127.0.0.1", port))
