@@ -47,7 +47,9 @@ _PAIR_LINE = re.compile(
     rf"(?P<value>[ \t]*[^\s].*|[ \t]*(?:\n(?P=indent)[ \t]+\S.*)+)$",
     re.IGNORECASE | re.MULTILINE,
 )
-_USERINFO = re.compile(r"(?P<name>[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@", re.IGNORECASE)  # scheme://user:pass@
+# scheme://user:pass@. The scheme starts where a run of scheme characters starts: tried from
+# inside a long run (a base64 body) it would rescan the run from each of its characters.
+_USERINFO = re.compile(r"(?<![a-z0-9+.-])(?P<name>[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@", re.IGNORECASE)
 # Credentials recognisable by shape wherever they appear.
 _SHAPES = re.compile(
     r"(?<=[Bb]earer )[^\s'\",]+"  # RFC 6750 bearer token
@@ -60,13 +62,25 @@ _SHAPES = re.compile(
 )
 
 
+# Substrings (lowercase) without which a pattern cannot match: a pattern is run only when one is
+# there. Scanning a large body (a flow printed whole) for them is cheap; running every pattern
+# over it is not.
+_NAME_HINTS = tuple(sorted(CREDENTIAL_HEADERS | set(CREDENTIAL_PARAMS)))
+_SHAPE_HINTS = ("bearer ", "signature=", "sk-", "aiza", "ya29.", "absk", "akia", "asia")
+
+
 def redact(text: str) -> str:
     """``text`` with every credential it recognises replaced by ``[redacted]``; idempotent."""
-    text = _PAIR_LINE.sub(lambda m: m["name"] + " " + MASK, text)
-    text = _HEADER.sub(lambda m: m["name"] + m["sep"] + (MASK if m["value"].strip() else m["value"]), text)
-    text = _ASSIGNED.sub(lambda m: m["name"] + MASK, text)
-    text = _USERINFO.sub(lambda m: m["name"] + MASK + "@", text)
-    return _SHAPES.sub(MASK, text)
+    low = text.lower()
+    if any(n in low for n in _NAME_HINTS):
+        text = _PAIR_LINE.sub(lambda m: m["name"] + " " + MASK, text)
+        text = _HEADER.sub(lambda m: m["name"] + m["sep"] + (MASK if m["value"].strip() else m["value"]), text)
+        text = _ASSIGNED.sub(lambda m: m["name"] + MASK, text)
+    if "://" in low and "@" in low:
+        text = _USERINFO.sub(lambda m: m["name"] + MASK + "@", text)
+    if any(h in low for h in _SHAPE_HINTS):
+        text = _SHAPES.sub(MASK, text)
+    return text
 
 
 # ECMA-48 CSI sequences: the colours mitmdump's flow listing puts around header names and values.

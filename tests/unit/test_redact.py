@@ -198,3 +198,16 @@ def test_a_credential_a_view_prints_on_the_line_below_its_name():
     text = f"    X-Amz-SignedHeaders: host\n    X-Amz-Signature: \n      {SIGNATURE}\n    X-Amz-Date: 20261122\n"
     assert redact(text) == f"    X-Amz-SignedHeaders: host\n    X-Amz-Signature: {MASK}\n    X-Amz-Date: 20261122\n"
     assert redact("a cache key: 5d67") == "a cache key: 5d67"  # only a line that is the pair alone
+
+
+def test_a_long_run_of_letters_is_redacted_in_linear_time():
+    """A printed body may hold a base64 image: a pattern tried from each character of a long
+    run, rescanning the rest of it each time, would take minutes over 300 KB; linear, well
+    under a second (bounded generously: the machine may be loaded)."""
+    import time
+
+    text = "data:image/png;base64," + "iVBORw0KGgo" * 30_000 + " https://user:hunter2@example.com/"
+    started = time.perf_counter()
+    out = redact(text)
+    assert time.perf_counter() - started < 20
+    assert out.endswith(f"https://user:{MASK}@example.com/")
