@@ -36,7 +36,7 @@ from tooldisco.net import relay as relay_mod  # noqa: E402
 from tooldisco.net.relay import Relay  # noqa: E402
 from tooldisco.net.upstream import UpstreamClient, UpstreamOptions  # noqa: E402
 from tooldisco.providers.base import Adapter  # noqa: E402
-from tooldisco.redact import RedactingFilter  # noqa: E402
+from tooldisco.redact import RedactingFilter, redact_printer  # noqa: E402
 from tooldisco.runner import Answer, Head  # noqa: E402
 from tooldisco_watch.view import ToolsView  # noqa: E402
 from tooldisco_watch.watch import Watcher  # noqa: E402
@@ -133,10 +133,9 @@ class ToolDiscovery:
     def _key_to_header(self, flow: http.HTTPFlow) -> None:
         """Gemini's ``?key=`` moved into ``x-goog-api-key``, which the API reads the same way.
 
-        Why: mitmproxy prints every flow's URL, query string included, to stdout (the
-        dumper's flow listing bypasses logging, so no filter can redact it), and saved flows
-        keep it. In a header the key is where every other provider's key is: never printed
-        at the default flow detail. A request that names its key both ways is left alone."""
+        Why: mitmproxy keeps every flow's URL, query string included, in saved flows and
+        mitmweb, and prints it (redacted: ``redact_printer``). In a header the key is where
+        every other provider's key is. A request that names its key both ways is left alone."""
         engine = self.engine
         host = flow.metadata[META_HOST]
         if engine is None or not host.endswith(".googleapis.com") or not engine.config.handles_host(host):
@@ -225,6 +224,7 @@ class ToolDiscovery:
     # --- live: the relay serves the stream ------------------------------------------------
 
     def running(self) -> None:
+        redact_printer(ctx.master.addons.get("dumper"))  # mitmdump's flow listing bypasses logging
         if self.router is None:
             self.router = LiveRouter(self)
             ctx.master.addons.add(self.router)
@@ -252,7 +252,8 @@ class ToolDiscovery:
                 yield item
 
         port = await self.relay.start()
-        token = self.relay.register(serve)
+        raw = flow.request.raw_content
+        token = self.relay.register(serve, None if raw is None else len(raw))  # no longer body is read
         flow.metadata[META_RELAY] = url
         if flow.server_conn.via is not None:  # upstream mode: the relay is reached directly, it uses the proxy
             flow.server_conn = connection.Server(address=("127.0.0.1", port))

@@ -39,7 +39,7 @@ class FlowContext:
     body: str  # as forwarded
     original: bytes  # as the client sent it: the fail-open resend, and what echoes show
     phantom: str  # the search tool's name; "" when the strategy runs no loop (relevance)
-    catalog: dict[str, Tool]  # what a search may find
+    catalog: dict[str, Tool]  # what a search may find: deferred tools of this very request, never the session's
     forwarded: list[str]
     record: Record
     stream: bool = False  # the client asked for a stream (Gemini's JSON-array stream included)
@@ -225,41 +225,42 @@ class Planner:
         # The key a refusal of call-through is remembered by: the model, or the API (Gemini names it in the path).
         through_key = view.model or adapter.api
 
-        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, dict[str, str], bool]:
+        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, bool]:
             through_here = through and through_key not in s.classic
             plan = deferral.plan(view, td, s.upfront, () if through_here else s.expanded, ranker)
             if plan.skipped or not applies:
-                return plan, None, {}, False
+                return plan, None, False
             if not s.upfront:  # chosen once per session, never re-ranked (see deferral.plan)
                 s.upfront = [t.name for t in plan.kept]
             natively = None
             if native_free and native.applies(adapter, model, td, s.classic):
                 natively = native.plan(view, td, (s.upfront or ()) if td.defer.native_upfront else ())
                 natively = None if natively.skipped else natively
-            # The deferred catalog is kept for later turns' searches (seed §6).
-            s.remember(adapter.api, {t.name: t.raw for t in plan.deferred})
-            return plan, natively, s.earlier(seen), through_here
+            return plan, natively, through_here
 
-        plan, natively, earlier, calls_through = self._decide(session, decide)
+        plan, natively, calls_through = self._decide(session, decide)
         if plan.skipped:
             record.fallback_reason = plan.skipped
             return Prepared()
         if td.strategy == "api" and (held := self._rollout(view, plan, session.key, record)) is not None:
             return held
         record.outcome = "pending"
-        ctx = self._classic(adapter, plan, earlier, text, original, session, record, view.stream, calls_through)
+        ctx = self._classic(adapter, plan, text, original, session, record, view.stream, calls_through)
         ctx.model = through_key if calls_through else model
         if calls_through:  # refused (an API version without ``parametersJsonSchema``): this request the classic way
-            ctx.classic = partial(self._classic, adapter, plan, earlier, text, original, session, record,
-                                  view.stream, False)
+            ctx.classic = partial(self._classic, adapter, plan, text, original, session, record, view.stream, False)
         if natively is not None:
             ctx = self._native(cast(NativeAdapter, adapter), natively, text, ctx)
         record.deferral = "native" if ctx.native else "call-through" if calls_through else "classic"
         return Prepared(ctx.body.encode("utf-8"), ctx, self._warm_up(ctx.searchable))
 
-    def _classic(self, adapter: Adapter, plan: deferral.DeferralPlan, earlier: Mapping[str, str], text: str,
-                 original: bytes, session: _Session, record: Record, stream: bool, through: bool) -> FlowContext:
+    def _classic(self, adapter: Adapter, plan: deferral.DeferralPlan, text: str, original: bytes,
+                 session: _Session, record: Record, stream: bool, through: bool) -> FlowContext:
         """Classic deferral: kept tools, the search tool, tools found earlier; a discovery appends.
+
+        Searchable are the deferred tools of this request alone: a session may be shared by
+        clients with other tools (one credential, the same first message), and a definition
+        only another client sent must never reach this one's model (``sessions``).
 
         ``through`` (call-through, ``strategies.call_through``): kept tools, the search tool and
         the dispatcher, the same for the whole session; found tools are called through the
@@ -268,7 +269,7 @@ class Planner:
         td = self.config.tool_discovery
         phantom = td.search_tool_name
         dispatcher = td.call_tool_name if through else None
-        catalog = self._earlier(adapter, earlier) | {t.name: t for t in plan.deferred}
+        catalog = {t.name: t for t in plan.deferred}
         backend = "api" if td.strategy == "api" else td.search.backend
         added = [adapter.phantom_tool(
             # Described over deferred + found: a discovery then leaves the search tool's text,
@@ -341,20 +342,6 @@ class Planner:
         record.kept_tools = len(kept)
         record.deferred_tools = len(deferred)
         record.tool_tokens_after = sum(estimate_tokens(t.raw) for t in kept) + extra
-
-    def _earlier(self, adapter: Adapter, digests: Mapping[str, str]) -> dict[str, Tool]:
-        """Tools deferred earlier in the session and absent now (name -> digest): searchable too
-        (seed 000 §6). A definition expired or unreadable is skipped, not fatal."""
-        raws = self.store.definitions(digests.values())
-        out = {}
-        for name, digest in digests.items():
-            if (raw := raws.get(digest)) is None:
-                continue
-            try:
-                out[name] = adapter.parse_tool(raw)
-            except Exception:
-                continue
-        return out
 
 
 def _text(body: bytes) -> str:

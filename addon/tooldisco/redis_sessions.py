@@ -3,9 +3,8 @@
 Why: behind a load balancer, or with agents moving between machines, a tool found through
 one proxy must be loaded by the next without a second search. The semantics are the disk
 store's (``sessions.SessionStore``: read its docstrings), on the same keys under a prefix:
-sessions by tenant-bound key with a sliding TTL, definitions once by content under
-``def:<sha256>`` with the same expiry rules (``sessions.settle``), response links under
-``chain:``. What differs:
+sessions by tenant-bound key with a sliding TTL, response links under ``chain:``, real
+rounds under ``rounds:``. What differs:
 
 - Atomic read-modify-write across processes is optimistic: WATCH the session, read it,
   run ``change``, write it in MULTI/EXEC; another writer in between fails the EXEC and the
@@ -26,7 +25,7 @@ import random
 import re
 import threading
 import time
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, TypeVar
 
 import redis
 from loguru import logger
@@ -34,8 +33,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .config import RedisSettings
-from .sessions import (Link, SessionState, _alias, _definition_key, _entry, _link, _link_entry, _rounds, _rounds_key,
-                       _state, settle)
+from .sessions import Link, SessionState, _alias, _entry, _link, _link_entry, _rounds, _rounds_key, _state
 
 T = TypeVar("T")
 
@@ -98,7 +96,6 @@ class RedisSessionStore:
             retry=Retry(NoBackoff(), 0), health_check_interval=30, **tls)
         self._prefix = settings.prefix
         self._ttl_ms = max(int(ttl * 1000), 1)
-        self._ttl = ttl
         self._breaker = _Breaker(settings.where(), settings.retry_after)
 
     def get(self, key: str) -> SessionState:
@@ -126,11 +123,8 @@ class RedisSessionStore:
                     data = _decode(pipe.get(skey))
                     before, state = _state(data), _state(data)
                     result = change(state)
-                    extend = settle(before, state, self._ttl)
-                    if extend:
-                        self._write_definitions(state, extend)
                     pipe.multi()
-                    if extend is None:
+                    if state == before:
                         pipe.pexpire(skey, self._ttl_ms)  # a new session left unchanged stays unwritten
                     else:
                         pipe.set(skey, _encode(_entry(state)), px=self._ttl_ms)
@@ -140,31 +134,6 @@ class RedisSessionStore:
                     time.sleep(random.uniform(0, min(_BACKOFF_S[0] * 2 ** attempt, _BACKOFF_S[1])))
         logger.warning("session store: an update lost the race {} times in a row; dropped", MAX_ATTEMPTS)
         return result
-
-    def definitions(self, digests: Iterable[str]) -> dict[str, str]:
-        """digest -> definition, for those still stored."""
-        wanted = list(dict.fromkeys(digests))
-        if not wanted:
-            return {}
-        keys = [self._prefix + _definition_key(d) for d in wanted]
-        raws = self._call(lambda: self._redis.mget(keys), [])
-        return {d: raw.decode("utf-8", "surrogatepass") for d, raw in zip(wanted, raws) if raw is not None}
-
-    def _write_definitions(self, state: SessionState, digests: set[str]) -> None:
-        """Extend the expiry of these definitions, writing those not stored yet that this update
-        brings (one round trip to extend, one more only when some are missing)."""
-        expire = 2 * self._ttl_ms
-        order = sorted(digests)
-        pipe = self._redis.pipeline(transaction=False)
-        for digest in order:
-            pipe.pexpire(self._prefix + _definition_key(digest), expire)
-        missing = [d for d, found in zip(order, pipe.execute()) if not found and d in state.incoming]
-        if missing:
-            pipe = self._redis.pipeline(transaction=False)
-            for digest in missing:
-                raw = state.incoming[digest].encode("utf-8", "surrogatepass")
-                pipe.set(self._prefix + _definition_key(digest), raw, px=expire)
-            pipe.execute()
 
     def link(self, tenant: str, response_id: str, session: str, pending: list[str], head: str | None = None) -> None:
         """Remember which session a stored response belongs to (see ``SessionStore.link``)."""

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 
 def estimate_tokens(text: str) -> int:
     """About four characters a token: good enough to compare before and after."""
@@ -69,9 +71,12 @@ class TelemetrySink:
 
     The file is created 0600 in a 0700 directory it creates: records name tools and
     sessions, which are the user's business. When the queue is full a record is dropped
-    and counted rather than waited for."""
+    and counted rather than waited for. A dropped record is always said in the log (at
+    most once per ``WARN_EVERY`` seconds, with the running count): a gap in the file must
+    not look like a quiet period."""
 
     QUEUE = 10_000
+    WARN_EVERY = 60.0
 
     def __init__(self, path: str | Path | None):
         self._path = Path(path) if path else None
@@ -79,6 +84,7 @@ class TelemetrySink:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.dropped = 0
+        self._warned = -self.WARN_EVERY
         if self._path:
             private_dir(self._path.parent)
 
@@ -90,7 +96,7 @@ class TelemetrySink:
         try:
             self._queue.put_nowait(record)
         except queue.Full:
-            self.dropped += 1
+            self._drop("the telemetry queue is full")
 
     def flush(self) -> None:
         """Wait until every queued record is written (tests, shutdown)."""
@@ -116,14 +122,28 @@ class TelemetrySink:
             try:
                 if record is None:
                     return
-                line = json.dumps(asdict(record), ensure_ascii=False, separators=(",", ":")) + "\n"
+                line = encode(record)
                 fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                with os.fdopen(fd, "a", encoding="utf-8") as f:
+                with os.fdopen(fd, "a", encoding="ascii") as f:
                     f.write(line)
-            except Exception:  # a full disk or a removed directory must not kill the writer
-                self.dropped += 1
+            except Exception as e:  # a full disk or a removed directory must not kill the writer
+                self._drop(f"cannot write to {self._path}: {type(e).__name__}: {e}")
             finally:
                 self._queue.task_done()
+
+    def _drop(self, why: str) -> None:
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._warned >= self.WARN_EVERY:
+            self._warned = now
+            logger.warning("telemetry record dropped ({}); {} dropped so far", why, self.dropped)
+
+
+def encode(record: Record) -> str:
+    """One record as a JSON line, all ASCII: text the model wrote (a search query) may hold
+    a lone surrogate, which no UTF-8 file can take but a JSON ``\\uXXXX`` escape carries
+    (RFC 8259 §7); an unexpected value type is written as its ``str``, not lost."""
+    return json.dumps(asdict(record), ensure_ascii=True, separators=(",", ":"), default=str) + "\n"
 
 
 def private_dir(path: Path) -> None:

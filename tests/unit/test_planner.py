@@ -1,5 +1,6 @@
-"""The planner's use of the session: sticky kept sets, found tools, earlier catalogs, callers
-without a credential, and flows of one session that overlap (sub-agents)."""
+"""The planner's use of the session: sticky kept sets, found tools, clients sharing a session
+(whose tools never cross), callers without a credential, and flows of one session that overlap
+(sub-agents)."""
 
 import json
 import threading
@@ -105,17 +106,21 @@ def final(text="done"):
             "usage": {"input_tokens": 10, "output_tokens": 2}}
 
 
-async def search_for(engine, query, **kw):
-    """One turn whose model searches once with ``query``, then answers."""
-    prepared = engine.prepare(A, headers(**kw), body("help me"))
+async def search_for(engine, query, tools=TOOLS, sent=None, finds=True, **kw):
+    """One turn whose model searches once with ``query`` (which ``finds`` something), then
+    answers; ``sent`` collects the bodies re-forwarded upstream."""
+    prepared = engine.prepare(A, headers(**kw), body("help me", tools))
     call = {"type": "tool_use", "id": "toolu_s", "name": P, "input": {"query": query}}
     first = final() | {"id": "msg_1", "content": [call], "stop_reason": "tool_use"}
 
-    async def open_(_):
+    async def open_(forwarded):
+        if sent is not None:
+            sent.append(forwarded)
         return Answer.whole(200, json.dumps(final()).encode())
 
     reply = await engine.runner(prepared.context).buffered(Answer.whole(200, json.dumps(first).encode()), open_)
-    assert reply.status == 200 and P.encode() not in reply.body and prepared.context.record.searches[0].matched
+    assert reply.status == 200 and P.encode() not in reply.body
+    assert bool(prepared.context.record.searches[0].matched) == finds
     return prepared.context
 
 
@@ -126,17 +131,36 @@ async def test_tools_found_by_a_search_are_forwarded_next_turn_after_the_search_
     assert tools[-1] == next(t for t in TOOLS if t["name"] == "mcp__svc0__get_invoice_0")
 
 
-def test_tools_deferred_earlier_and_absent_now_stay_searchable(tool_search):
-    tool_search.prepare(A, headers(), body("weather forecast for Paris"))
-    ctx = tool_search.prepare(A, headers(), body("thanks", TOOLS[:30])).context
-    for tool in TOOLS[30:]:  # the original definitions, read back from the store
-        assert json.loads(ctx.catalog[tool["name"]].raw) == tool
+# --- clients sharing a session: one credential, the same first message, no session id ----------
+
+PAYROLL = {"name": "payroll_export", "description": "Export the payroll of every employee as a CSV file.",
+           "input_schema": {"type": "object", "properties": {"month": {"type": "string"}}}}
+SHARED = {"session": None, "key": "sk-org-shared"}  # an organisation's key, no session id
 
 
-def test_two_tenants_sharing_a_catalog_store_its_definitions_once(tool_search):
-    ctx = tool_search.prepare(A, headers(key="k1"), body("weather forecast")).context
-    tool_search.prepare(A, headers(key="k2"), body("weather forecast"))
-    assert len(ctx.catalog) == 60 - 4 and len(tool_search.store) == 2 + len(ctx.catalog)
+@pytest.mark.parametrize("td", [{"search": {"backend": "bm25"}, "defer": {"upfront": 4}},
+                                {"search": {"backend": "regex"}, "defer": {"upfront": 0}}], ids=["bm25", "regex"])
+async def test_a_tool_only_another_client_sent_never_reaches_this_one(make, td):
+    """Client A sends ``payroll_export`` and finds it; client B, sharing A's session, never sent it:
+    its search cannot find it, and nothing forwarded for B holds it."""
+    engine = make(strategy="tool-search", **td)
+    a = await search_for(engine, "select:payroll_export", [*TOOLS, PAYROLL], **SHARED)
+    assert "payroll_export" in a.record.searches[0].matched
+    sent: list[bytes] = []
+    b = await search_for(engine, "payroll export", TOOLS[:30], sent, finds=False, **SHARED)
+    assert b.session == a.session  # the same session: what is shared is names alone
+    assert "payroll_export" not in b.catalog and set(b.catalog) <= {t["name"] for t in TOOLS[:30]}
+    assert "payroll_export" not in b.record.searches[0].matched
+    assert b"payroll" not in b.body.encode() and sent and not any(b"payroll_export" in s for s in sent)
+    again = engine.prepare(A, headers(**SHARED), body("help me", TOOLS[:30]))  # B's next turn
+    assert b"payroll" not in again.body
+
+
+def test_the_session_store_holds_no_definition(tool_search):
+    tool_search.prepare(A, headers(**SHARED), body("weather forecast for Paris", [*TOOLS, PAYROLL]))
+    cache = tool_search.store._cache
+    stored = [(key, cache.get(key)) for key in cache.iterkeys()]
+    assert stored and not [key for key, value in stored if "Export the payroll" in json.dumps(value)]
 
 
 # --- a caller without a credential -----------------------------------------------------------

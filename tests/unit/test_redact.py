@@ -165,3 +165,49 @@ def test_install_covers_every_handler_once_and_records_from_child_loggers():
         assert all(clean(s.getvalue()) and f"key={MASK}" in s.getvalue() for s in streams)
     finally:
         parent.handlers = []
+
+
+@pytest.mark.parametrize("styled", [False, True], ids=["plain", "coloured"])
+@pytest.mark.parametrize("detail", [1, 2, 3, 4])
+def test_mitmdumps_flow_listing_prints_no_credential(styled, detail):
+    """mitmdump's printer writes to its own stream, not through logging; ``redact_printer`` wraps it.
+    Coloured (a terminal): the colour codes sit between a header's name and its value."""
+    from mitmproxy.addons import dumper
+    from mitmproxy.test import taddons, tflow, tutils
+    from tooldisco.redact import redact_printer
+
+    out = io.StringIO()
+    printer = dumper.Dumper(out)
+    printer.out_has_vt_codes = styled
+    assert redact_printer(printer) and redact_printer(printer)  # twice (a script reload): one wrapper
+    query = f"key={GEMINI}&X-Amz-Credential={AKID}&X-Amz-Security-Token={TOKEN}&X-Amz-Signature={SIGNATURE}"
+    request = tutils.treq(path=f"/v1/models?{query}".encode(), content=b"")
+    request.headers.update({"x-api-key": ANTHROPIC, "authorization": SIGV4, "x-amz-security-token": TOKEN,
+                            "api-key": "hunter2", "x-goog-api-key": GEMINI})
+    flow = tflow.tflow(req=request, resp=True)
+    with taddons.context(printer) as tctx:
+        tctx.configure(printer, flow_detail=detail)
+        printer.response(flow)
+    printed = out.getvalue()
+    assert clean(printed), printed
+    assert "/v1/models" in printed and (detail < 2 or "x-api-key" in printed)
+    assert flow.request.headers["x-api-key"] == ANTHROPIC and SIGNATURE in flow.request.url  # the flow is untouched
+
+
+def test_a_credential_a_view_prints_on_the_line_below_its_name():
+    text = f"    X-Amz-SignedHeaders: host\n    X-Amz-Signature: \n      {SIGNATURE}\n    X-Amz-Date: 20261122\n"
+    assert redact(text) == f"    X-Amz-SignedHeaders: host\n    X-Amz-Signature: {MASK}\n    X-Amz-Date: 20261122\n"
+    assert redact("a cache key: 5d67") == "a cache key: 5d67"  # only a line that is the pair alone
+
+
+def test_a_long_run_of_letters_is_redacted_in_linear_time():
+    """A printed body may hold a base64 image: a pattern tried from each character of a long
+    run, rescanning the rest of it each time, would take minutes over 300 KB; linear, well
+    under a second (bounded generously: the machine may be loaded)."""
+    import time
+
+    text = "data:image/png;base64," + "iVBORw0KGgo" * 30_000 + " https://user:hunter2@example.com/"
+    started = time.perf_counter()
+    out = redact(text)
+    assert time.perf_counter() - started < 20
+    assert out.endswith(f"https://user:{MASK}@example.com/")

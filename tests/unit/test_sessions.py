@@ -25,15 +25,6 @@ from tests.support.redis_server import redis_server  # noqa: F401 (a fixture)
 from tests.support.semantic import needs_semantic
 
 
-def defs(*names: str, size: int = 40) -> dict[str, str]:
-    """name -> a definition of about ``size`` bytes."""
-    return {n: f'{{"name":"{n}","description":"{"d" * size}"}}' for n in names}
-
-
-def remember(deferred, api="anthropic"):
-    return lambda s: s.remember(api, deferred)
-
-
 def fake_clock(monkeypatch, start=1_000.0):
     """One clock for diskcache (wall time) and the store (wall and monotonic)."""
     now = [start]
@@ -162,12 +153,11 @@ def test_two_tenants_same_first_message_do_not_share(backend):
 
 def test_state_survives_a_new_store(backend):
     s1 = backend.open()
-    s1.update("k", lambda s: (s.expand(["x", "y", "x"]), s.remember("anthropic", defs("x"))))
+    s1.update("k", lambda s: (s.expand(["x", "y", "x"]), setattr(s, "upfront", ["u"])))
     s1.close()
     s2 = backend.open()
     st = s2.get("k")
-    assert st.expanded == ["x", "y"] and list(st.catalog) == ["x"]
-    assert s2.definitions(st.catalog.values()) == {st.catalog["x"]: defs("x")["x"]}
+    assert st.expanded == ["x", "y"] and st.upfront == ["u"]
 
 
 def test_update_returns_the_change_result_and_an_unchanged_new_session_is_not_written(backend):
@@ -179,11 +169,9 @@ def test_update_returns_the_change_result_and_an_unchanged_new_session_is_not_wr
 def test_every_field_of_the_state_is_kept(backend):
     """A store keeps all that ``SessionState`` holds (through ``_entry``/``_state``)."""
     store = backend.open()
-    want = SessionState(expanded=["b"], catalog={"c": "0" * 64}, api="anthropic", refreshed=time.time(),
-                        upfront=["u"], classic=["m"], forwarded={"l": ["a"]})
+    want = SessionState(expanded=["b"], upfront=["u"], classic=["m"], forwarded={"l": ["a"]})
     blank = SessionState()
-    unset = [f.name for f in fields(SessionState)
-             if f.name != "incoming" and getattr(want, f.name) == getattr(blank, f.name)]
+    unset = [f.name for f in fields(SessionState) if getattr(want, f.name) == getattr(blank, f.name)]
     assert not unset, f"SessionState has new fields: give them a value here ({unset})"
     store.update("k", lambda s: vars(s).update(copy.deepcopy(vars(want))))
     assert store.get("k") == want
@@ -191,16 +179,15 @@ def test_every_field_of_the_state_is_kept(backend):
 
 def test_any_text_round_trips(backend):
     """Model input is untrusted: a name parsed from JSON may hold a lone surrogate (sent as
-    ``\\ud800``); a definition is body text, so any UTF-8."""
+    ``\\ud800``)."""
     store = backend.open()
-    odd = {"weird\ud800": '{"d":"\\ud800 \\u0000 \u2603 \U0001f600"}'}
-    store.update("k", lambda s: (s.remember("anthropic", odd), s.expand(["\udfff"])))
+    odd = "weird\ud800 \u0000 \u2603 \U0001f600"
+    store.update("k", lambda s: (s.forwarded.update({odd: [odd]}), s.expand(["\udfff"])))
     st = store.get("k")
-    assert st.expanded == ["\udfff"]
-    assert store.definitions(st.catalog.values()) == {st.catalog["weird\ud800"]: odd["weird\ud800"]}
+    assert st.expanded == ["\udfff"] and st.forwarded == {odd: [odd]}
 
 
-# --- expiry: a sliding TTL; definitions 2 x ttl from their last refresh -------------------------
+# --- expiry: a sliding TTL ---------------------------------------------------------------------
 
 
 def test_a_session_and_its_links_expire_ttl_after_the_last_update(backend):
@@ -227,35 +214,6 @@ def test_an_unchanged_update_extends_the_ttl(backend):
     assert backend.remaining("k") == pytest.approx(60, abs=5)
 
 
-def test_definitions_outlive_their_sessions_refreshed_once_a_ttl(backend):
-    """A session lives ttl past its last update; its definitions 2 x ttl from their last
-    refresh, which a session's update does once a ttl, not every turn (no per-definition
-    write a turn), so they never expire before a session that uses them."""
-    store = backend.open(ttl=100)
-    store.update("k", remember(defs("a")))
-    digest = store.get("k").catalog["a"]
-    dkey = f"def:{digest}"
-    assert backend.remaining("k") == pytest.approx(100, abs=5)
-    assert backend.remaining(dkey) == pytest.approx(200, abs=5)
-    refreshes = 0
-    for _ in range(20):  # a session kept alive for 18 TTLs, by turns that change nothing
-        backend.advance(90)
-        before = backend.remaining(dkey)
-        store.update("k", remember(defs("a")))
-        assert backend.remaining("k") == pytest.approx(100, abs=5)  # the session's ttl slides
-        after = backend.remaining(dkey)
-        if after != pytest.approx(before, abs=5):
-            assert after == pytest.approx(200, abs=5) and store.get("k").refreshed == backend.now[0]
-            refreshes += 1
-        assert store.definitions([digest]) == {digest: defs("a")["a"]}
-    assert refreshes == 10  # every other turn: at least a ttl since the last refresh
-    backend.advance(101)
-    assert store.get("k").catalog == {}  # the session expired ...
-    assert store.definitions([digest])  # ... before its definitions
-    backend.advance(101)
-    assert store.definitions([digest]) == {}
-
-
 # --- one transaction, merged: concurrent flows lose nothing ------------------------------------
 
 
@@ -263,44 +221,6 @@ def test_concurrent_updates_lose_no_expanded_name(backend):
     store = backend.open()
     hammer(store, 8, 15, lambda i, r: lambda s: s.expand([f"t{i}_{r}"]))
     assert sorted(store.get("k").expanded) == sorted(f"t{i}_{r}" for i in range(8) for r in range(15))
-
-
-def test_concurrent_flows_lose_no_catalog_entry(backend):
-    """Like the planner: each flow adds the definitions it deferred to the session's catalog."""
-    store = backend.open()
-    hammer(store, 8, 15, lambda i, r: remember(defs(f"d{i}_{r}")))
-    st = store.get("k")
-    assert len(st.catalog) == 8 * 15 and len(store.definitions(st.catalog.values())) == 8 * 15
-
-
-# --- catalogs stored once, by content ----------------------------------------------------------
-
-
-def test_definitions_are_stored_once_across_sessions_and_tenants(backend):
-    store = backend.open()
-    catalog = defs(*(f"t{i}" for i in range(50)), size=2_000)
-    for key in ("s1", "s2", "s3"):
-        store.update(key, remember(catalog))
-    assert len(store) == 3 + 50
-    assert "d" * 2_000 not in repr(backend.raw("s1"))  # the session holds digests only
-    st = store.get("s2")
-    assert store.definitions(st.catalog.values()) == {st.catalog[n]: raw for n, raw in catalog.items()}
-
-
-def test_a_changed_definition_gets_a_new_entry(backend):
-    store = backend.open()
-    store.update("k", remember({"a": '{"v":1}'}))
-    store.update("k", remember({"a": '{"v":2}'}))
-    st = store.get("k")
-    assert store.definitions(st.catalog.values()) == {st.catalog["a"]: '{"v":2}'}
-
-
-def test_an_oversized_definition_is_not_kept(backend):
-    store = backend.open()
-    store.update("k", remember({"a": "{}", "big": "{}"}))
-    huge = '"' + "x" * sessions.MAX_DEFINITION_BYTES + '"'
-    store.update("k", remember({"a": "{}", "big": huge}))
-    assert list(store.get("k").catalog) == ["a"]  # its older, smaller definition went too
 
 
 # --- links and rounds, per tenant --------------------------------------------------------------
@@ -328,10 +248,10 @@ def test_kept_rounds_come_back_for_their_session_only(backend):
 def test_expired_entries_stay_on_disk_until_the_periodic_cleanup(tmp_path, monkeypatch):
     now = fake_clock(monkeypatch)
     store = SessionStore(tmp_path, ttl=60, cleanup_interval=200)
-    store.update("k", remember(defs("a")))  # a session and a definition (the cleanup ran)
-    digest = store.get("k").catalog["a"]
+    store.update("k", lambda s: s.expand(["a"]))  # (the cleanup ran)
+    store.link("t", "resp", "k", [])
     now[0] += 121
-    assert store.get("k") == SessionState() and store.definitions([digest]) == {}
+    assert store.get("k") == SessionState() and store.linked("t", "resp") is None
     assert len(store) == 2  # expired, still on disk: the last cleanup ran 121 s ago
     now[0] += 80
     store.get("other")
@@ -366,20 +286,8 @@ def test_a_test_of_the_race_can_fail(racing_store, monkeypatch):
 def test_names_are_bounded_oldest_absent_first(monkeypatch):
     monkeypatch.setattr(sessions, "MAX_NAMES", 4)
     s = SessionState()
-    s.remember("anthropic", defs(*"abc"))
-    s.remember("anthropic", defs(*"cde"))
-    assert list(s.catalog) == ["b", "c", "d", "e"]  # a, absent from the request, went first
-    s.remember("anthropic", defs(*"vwxyz"))
-    assert list(s.catalog) == list("vwxy")  # a request alone over the bound keeps its first names
     s.expand(list("abcdef"))
     assert s.expanded == list("cdef")
-
-
-def test_another_api_starts_a_new_catalog():
-    s = SessionState()
-    s.remember("anthropic", defs("a"))
-    s.remember("openai-chat", defs("c"))
-    assert list(s.catalog) == ["c"] and s.earlier({"b"}) == {"c": s.catalog["c"]}
 
 
 # --- files 0600, directories 0700 ------------------------------------------------------------
@@ -409,8 +317,8 @@ def assert_private(root: Path) -> None:
 def test_the_store_is_private_after_a_workload(tmp_path):
     root = tmp_path / "a" / "sessions"
     store = SessionStore(root)
-    big = defs(*(f"t{i}" for i in range(300)), size=3_000) | defs("huge", size=100_000)
-    hammer(store, 4, 3, lambda i, r: remember(big))
+    names = [f"t{i}_{'d' * 3_000}" for i in range(300)]
+    hammer(store, 4, 3, lambda i, r: lambda s: s.forwarded.update({f"l{i}_{r}": names}))
     store.update("k", lambda s: s.expand(["x" * 100_000]))  # values past diskcache's 32 KB file threshold
     store.link("tenant", "resp_1", "k", ["pending"] * 1_000)
     assert (root / "cache.db-wal").exists()

@@ -12,6 +12,15 @@ that reaches the port gets a 403, so no other local process can use the proxy's
 credentials or signing through it. When the client goes away mitmproxy closes its
 connection to us; the relay then cancels the serving task, which closes the upstream
 request. HTTP/1.1 framing is h11's; connections are kept alive between flows.
+
+Any local process can connect, so what a connection can hold is bounded before it has
+shown a token: the token is checked on the request's head, before any of its body is read
+(a request without a valid one is refused and its connection closed); the body of a valid
+one is read up to the size registered with its token; a request head must arrive within
+``head_timeout`` of its first byte, a kept-alive connection waiting for one is closed after
+``idle_timeout``, and of the connections not serving a flow, past ``max_waiting`` the
+longest waiting is closed for a new one (a flow's own connection never waits long: mitmproxy
+sends the request the moment it connects).
 """
 
 from __future__ import annotations
@@ -29,7 +38,11 @@ from ..runner import Head
 
 HEADER = "x-tooldisco-relay"
 JOB_TTL = 60.0  # seconds a registered flow may take to reach the relay
-MAX_REQUEST_BYTES = 512 * 1024 * 1024  # mitmproxy already holds the body; this only bounds ours
+MAX_REQUEST_BYTES = 512 * 1024 * 1024  # a body registered without its size (mitmproxy already holds it)
+IDLE_TIMEOUT = 30.0  # seconds a kept-alive connection waits for its next request
+HEAD_TIMEOUT = 10.0  # seconds from a request's first byte to the end of its head
+BODY_TIMEOUT = 30.0  # seconds a body being read may send nothing (mitmproxy sends it at once, from memory)
+MAX_WAITING = 256  # connections not serving a flow (idle, or before their token is checked)
 _SKIP_OUT = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection",
                        "trailer", "upgrade"})
 
@@ -40,17 +53,23 @@ Serve = Callable[[list[tuple[str, str]], bytes], AsyncIterator[Head | bytes]]
 @dataclass
 class _Job:
     serve: Serve
+    size: int = MAX_REQUEST_BYTES  # the body mitmproxy will send: no more is read
     created: float = field(default_factory=time.monotonic)
 
 
 class Relay:
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", *, idle_timeout: float = IDLE_TIMEOUT,
+                 head_timeout: float = HEAD_TIMEOUT, body_timeout: float = BODY_TIMEOUT,
+                 max_waiting: int = MAX_WAITING) -> None:
         self.host = host
         self.port: int | None = None
+        self.idle_timeout, self.head_timeout, self.body_timeout = idle_timeout, head_timeout, body_timeout
+        self.max_waiting = max_waiting
         self._server: asyncio.Server | None = None
         self._jobs: dict[str, _Job] = {}
         self._starting: asyncio.Lock | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting: dict[asyncio.Task[None], None] = {}  # connections not serving a flow, oldest first
 
     async def start(self) -> int:
         """Listen on a free loopback port (once); returns the port."""
@@ -64,13 +83,14 @@ class Relay:
         assert self.port is not None
         return self.port
 
-    def register(self, serve: Serve) -> str:
-        """A token for one flow: the relay serves it with ``serve(headers, body)``."""
+    def register(self, serve: Serve, size: int | None = None) -> str:
+        """A token for one flow: the relay serves it with ``serve(headers, body)``; ``size``: the
+        length of the body the flow will bring (a longer one is refused unread)."""
         now = time.monotonic()
         for token in [t for t, job in self._jobs.items() if now - job.created > JOB_TTL]:
             del self._jobs[token]
         token = secrets.token_hex(16)
-        self._jobs[token] = _Job(serve)
+        self._jobs[token] = _Job(serve, MAX_REQUEST_BYTES if size is None else min(size, MAX_REQUEST_BYTES))
         return token
 
     def forget(self, token: str) -> None:
@@ -91,6 +111,8 @@ class Relay:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        if len(self._waiting) >= self.max_waiting:  # the longest waiting makes room for this one
+            next(iter(self._waiting)).cancel()
         conn = h11.Connection(h11.SERVER)
         try:
             # Kept alive: mitmproxy reuses its connection for the next live flow. One exchange
@@ -111,50 +133,75 @@ class Relay:
                 await _send(writer, conn, h11.EndOfMessage())
         finally:
             self._tasks.discard(task)
+            self._waiting.pop(task, None)
             writer.close()
 
     async def _exchange(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         task: asyncio.Task[None]) -> bool:
         """Serve one request; whether the connection can take the next."""
-        request, body = await self._read_request(conn, reader)
+        self._waiting[task] = None
+        request = await self._read_head(conn, reader)
         if request is None:
             return False
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers]
         token = next((v for k, v in headers if k.lower() == HEADER), "")
-        job = self._jobs.pop(token, None)
-        if job is None:
-            await _send(writer, conn, h11.Response(status_code=403, headers=[("content-length", "0"),
-                                                                             ("connection", "close")]))
-            await _send(writer, conn, h11.EndOfMessage())
+        job = self._jobs.pop(token, None) if token else None
+        if job is None:  # refused on its head: not one byte of its body is read
+            await _refuse(writer, conn, 403)
+            return False
+        declared = next((v for k, v in headers if k.lower() == "content-length"), None)
+        if declared is not None and declared.isdigit() and int(declared) > job.size:
+            await _refuse(writer, conn, 413)
+            return False
+        self._waiting.pop(task, None)  # a flow's: its body is bounded by its size and ``body_timeout``
+        body = await self._read_body(conn, reader, job.size)
+        if body is None:
             return False
         headers = [(k, v) for k, v in headers if k.lower() != HEADER]
         await self._serve(job.serve(headers, body), conn, reader, writer, task)
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE
 
-    async def _read_request(self, conn: h11.Connection, reader: asyncio.StreamReader
-                            ) -> tuple[h11.Request | None, bytes]:
-        request: h11.Request | None = None
+    async def _read_head(self, conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
+        """The next request's head, or None: the connection closed, or kept waiting past
+        ``idle_timeout`` for a first byte or past ``head_timeout`` from it to the head's end
+        (h11 bounds the head's size)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.head_timeout if conn.trailing_data[0] else None
+        while True:
+            event = conn.next_event()
+            if isinstance(event, h11.Request):
+                return event
+            if event is not h11.NEED_DATA:  # ConnectionClosed, PAUSED: nothing to serve
+                return None
+            wait = self.idle_timeout if deadline is None else deadline - loop.time()
+            data = await _read(reader, wait)
+            if not data:
+                return None
+            if deadline is None:
+                deadline = loop.time() + self.head_timeout
+            conn.receive_data(data)
+
+    async def _read_body(self, conn: h11.Connection, reader: asyncio.StreamReader, limit: int) -> bytes | None:
+        """The body, or None: longer than ``limit``, stalled for ``body_timeout``, or cut short."""
         parts: list[bytes] = []
         size = 0
         while True:
             event = conn.next_event()
             if event is h11.NEED_DATA:
-                data = await reader.read(65536)
+                data = await _read(reader, self.body_timeout)
                 conn.receive_data(data)
                 if not data and conn.their_state is not h11.DONE:
-                    return None, b""
+                    return None
                 continue
-            if isinstance(event, h11.Request):
-                request = event
-            elif isinstance(event, h11.Data):
+            if isinstance(event, h11.Data):
                 size += len(event.data)
-                if size > MAX_REQUEST_BYTES:
-                    return None, b""
+                if size > limit:
+                    return None
                 parts.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
-                return request, b"".join(parts)
-            elif isinstance(event, h11.ConnectionClosed):
-                return None, b""
+                return b"".join(parts)
+            else:  # ConnectionClosed
+                return None
 
     async def _serve(self, items: AsyncIterator[Head | bytes], conn: h11.Connection, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, task: asyncio.Task[None]) -> None:
@@ -181,6 +228,23 @@ class Relay:
 def _out(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """The upstream's headers minus this hop's framing: h11 frames the body itself (chunked)."""
     return [(k, v) for k, v in headers if k.lower() not in _SKIP_OUT]
+
+
+async def _read(reader: asyncio.StreamReader, timeout: float) -> bytes:
+    """The next bytes, or b"" once ``timeout`` passed with none (the caller closes)."""
+    if timeout <= 0:
+        return b""
+    try:
+        return await asyncio.wait_for(reader.read(65536), timeout)
+    except TimeoutError:
+        return b""
+
+
+async def _refuse(writer: asyncio.StreamWriter, conn: h11.Connection, status: int) -> None:
+    """Answer ``status`` and close (the caller does): what the request still sends is never read."""
+    await _send(writer, conn, h11.Response(status_code=status, headers=[("content-length", "0"),
+                                                                         ("connection", "close")]))
+    await _send(writer, conn, h11.EndOfMessage())
 
 
 async def _send(writer: asyncio.StreamWriter, conn: h11.Connection, event: h11.Event) -> None:
