@@ -36,6 +36,9 @@ from .telemetry import TelemetrySink
 # rejects the reduced tool list, the search tool's schema, …) gets the client's own request.
 REWRITE_REJECTED = frozenset({400, 422})
 MAX_BUFFERED_BYTES = 256 * 1024 * 1024  # a re-forwarded JSON answer read whole
+# A live first answer is held up to this many bytes until its stream is recognised: one that
+# never is (a JSON answer to a request that asked for a stream) then goes out as it came.
+MAX_UNRECOGNISED_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -280,17 +283,22 @@ class LoopRunner:
         return self.ctx.adapter.restore_echo(body.decode("utf-8"), self.ctx.client_body).encode("utf-8")
 
     def _undecodable(self, answer: Answer, body: bytes) -> Reply:
-        """An answer we cannot read passes as it came, unless it holds our search call."""
-        if self.ctx.phantom and self.ctx.phantom.encode() in body:
+        """An answer we cannot read passes as it came, unless it is cut JSON that holds our
+        search call. JSON nested past the parser's limit is no cut answer: no parser the
+        client has reads it either, so it reaches the client as sent."""
+        if self.ctx.phantom and self.ctx.phantom.encode() in body and not _too_deep(body):
             return self._error_reply(502, "the upstream answer could not be read")
         return Reply(answer.status, answer.headers, body)
 
     def _first_answer(self, headers: list[tuple[str, str]], body: bytes) -> Reply:
-        """After an internal fault: the first answer minus the phantom calls, else an error."""
+        """After an internal fault: the first answer minus the phantom calls; as it came when it
+        holds none (nothing to improve); an error only when a search call cannot be taken out."""
         ctx = self.ctx
+        if not ctx.phantom or ctx.phantom.encode() not in body:
+            return Reply(200, headers, body)
         message = _json_object(body)
         if message is None:
-            return self._error_reply(502, "tool discovery failed")
+            return self._undecodable(Answer.whole(200, body, headers), body)
         try:
             stripped = ctx.adapter.strip(message, [ctx.phantom])
             return Reply(200, headers, self._echo(_dumps(stripped)))
@@ -341,6 +349,8 @@ class LoopRunner:
                         cast(CallThroughAdapter, ctx.adapter).stitcher(ctx.phantom, ctx.client_body, ctx.dispatch))
             seen = ctx.adapter.decoder()  # the client's stream as its SDK assembles it: what it will send back
             shown_id: str | None = None  # the id the client's stream carries (round one's)
+            # Round one's bytes while the stitcher has recognised no event in them (bounded).
+            unread: bytearray | None = bytearray()
             while True:
                 try:
                     async for chunk in self._chunks(answer):
@@ -348,10 +358,21 @@ class LoopRunner:
                         out = stitcher.feed(chunk)
                         seen.feed(out)
                         own_s += time.perf_counter() - t0
+                        if unread is not None:
+                            if out or len(unread) + len(chunk) > MAX_UNRECOGNISED_BYTES:
+                                unread = None
+                            else:
+                                unread += chunk
                         if out:
                             yield out
                     t0 = time.perf_counter()
                     end = stitcher.end_round()
+                    if end.message is None and unread is not None:  # no stream at all: it goes as it came
+                        record.outcome = "undecodable"
+                        if unread:
+                            yield bytes(unread)
+                        return
+                    unread = None
                     if end.error is not None:  # already passed on; only what is still owed follows
                         record.outcome = "upstream_stream_error"
                         if rest := stitcher.finish():
@@ -413,6 +434,17 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _too_deep(body: bytes) -> bool:
+    """Whether ``body`` is JSON nested past the parser's limit (as opposed to cut or not JSON)."""
+    try:
+        json.loads(body)
+    except RecursionError:
+        return True
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return False
 
 
 def _dumps(value: Any) -> bytes:

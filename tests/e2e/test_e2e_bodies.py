@@ -233,7 +233,9 @@ def test_a_json_answer_to_a_stream_request_passes_as_sent(px: MitmDump, upstream
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_answer_nested_past_the_parser_passes_as_sent(px: MitmDump, upstream: Upstream, stream: bool) -> None:
-    deep = b'{"a":' * 50_000 + b"1" + b"}" * 50_000
+    # A search call in it: an answer the proxy would have to change, could it read it.
+    deep = (b'{"type":"message","content":[{"type":"tool_use","name":"gateway_search_tools","input":'
+            + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"}]}")
     upstream.answer = lambda h, seen: send(h, 200, deep)
     with px.httpx_client() as client:
         response = client.post(URL, content=request_body(stream=stream), headers=HEADERS)

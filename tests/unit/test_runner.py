@@ -241,3 +241,42 @@ async def test_live_client_gone_closes_the_upstream(engine):
     await items.__anext__()
     await items.aclose()
     assert first.closed and last_record(engine)["outcome"] == "client_gone"
+
+
+# --- answers the loop cannot improve pass as they came ----------------------------------------
+
+
+def nested_call(depth: int = 50_000) -> bytes:
+    """An answer holding a search call, nested past what any JSON parser reads."""
+    return (b'{"type":"message","content":[{"type":"tool_use","name":"' + P.encode() + b'","input":'
+            + b'{"a":' * depth + b"1" + b"}" * depth + b"}]}")
+
+
+async def test_an_answer_nested_past_the_parser_passes_as_sent(engine):
+    raw = nested_call()
+    out = await engine.runner(context(engine)).buffered(Answer.whole(200, raw, [("x-up", "1")]), None)
+    assert out.status == 200 and out.body == raw and ("x-up", "1") in out.headers
+
+
+async def test_a_fault_on_an_answer_without_a_search_passes_it_as_sent(engine, monkeypatch):
+    raw = json.dumps(message({"type": "text", "text": "hi"}, stop="end_turn"), indent=1).encode()
+    runner = engine.runner(context(engine))
+
+    async def broken(message):
+        raise RecursionError("deep inside the adapter")
+
+    monkeypatch.setattr(runner, "step", broken)
+    out = await runner.buffered(Answer.whole(200, raw, [("x-up", "1")]), None)
+    assert out.status == 200 and out.body == raw and ("x-up", "1") in out.headers
+
+
+@pytest.mark.parametrize("raw", [
+    json.dumps(message({"type": "text", "text": "not a stream"}, stop="end_turn")).encode(),
+    nested_call(),
+    b"<html>upstream says hi</html>",
+])
+async def test_live_an_answer_that_is_no_stream_passes_as_sent(engine, raw):
+    answer = chunked(raw, 1000)
+    answer.headers = [("content-type", "application/json"), ("x-up", "1")]
+    head, out = await collect(engine.runner(context(engine, True)).live(answer, None))
+    assert head.status == 200 and ("x-up", "1") in head.headers and out == raw
