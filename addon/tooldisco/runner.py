@@ -390,8 +390,13 @@ class LoopRunner:
                         rest = stitcher.finish()
                         seen.feed(rest)
                         # The session first: the client may send its next turn the moment it reads the end.
-                        await self._settle(action, shown_id, _assembled(seen))
+                        # A cut message is not one the client's next turn can be matched against: none kept.
+                        await self._settle(action, shown_id, {} if stitcher.cut else _assembled(seen))
                         yield rest
+                        return
+                    if stitcher.cut:  # its text was not kept: the model's message cannot go back as it wrote it
+                        record.outcome = "too_large"
+                        yield stitcher.fail(Failure(502, message="the answer is too large for the proxy's tool search"))
                         return
                     await answer.close()
                     stitcher.next_round()
@@ -420,8 +425,11 @@ def _go_classic(model: str, state: SessionState) -> None:
 
 
 def _assembled(decoder: StreamDecoder) -> dict[str, Any]:
-    """The message a stream decoder assembled (``{}`` when it cannot: nothing is kept)."""
+    """The message a stream decoder assembled (``{}`` when it cannot, or its text was cut:
+    nothing is kept)."""
     decoder.feed(b"")
+    if getattr(decoder, "cut", False):
+        return {}
     try:
         return decoder.message()
     except Exception:

@@ -280,3 +280,27 @@ async def test_live_an_answer_that_is_no_stream_passes_as_sent(engine, raw):
     answer.headers = [("content-type", "application/json"), ("x-up", "1")]
     head, out = await collect(engine.runner(context(engine, True)).live(answer, None))
     assert head.status == 200 and ("x-up", "1") in head.headers and out == raw
+
+
+# --- a long stream is relayed without being kept ----------------------------------------------
+
+
+async def test_live_a_stream_longer_than_what_is_kept_is_relayed_whole(engine, monkeypatch):
+    monkeypatch.setattr("tooldisco.streams.common.MAX_ASSEMBLED_TEXT", 1000)
+    upstream = encode(message({"type": "text", "text": "long " * 2000}, stop="end_turn"))
+    head, out = await collect(engine.runner(context(engine, True)).live(chunked(upstream, 300), None))
+    assert head.status == 200 and out == upstream
+
+
+async def test_live_a_search_after_more_text_than_is_kept_ends_with_an_error(engine, monkeypatch):
+    monkeypatch.setattr("tooldisco.streams.common.MAX_ASSEMBLED_TEXT", 1000)
+    sent = []
+
+    async def open_(b):
+        sent.append(b)
+        return chunked(encode(message(FORECAST, msg_id="msg_2")))
+
+    first = encode(message({"type": "text", "text": "long " * 2000}, search_call()))
+    _, out = await collect(engine.runner(context(engine, True)).live(chunked(first, 300), open_))
+    assert sent == []  # the model's message, cut, never goes back upstream as if it were whole
+    assert b"event: error" in out and b"too large" in out and P.encode() not in out
