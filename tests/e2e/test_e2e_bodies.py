@@ -218,6 +218,23 @@ def test_a_bomb_goes_upstream_untouched_in_bounded_memory(px: MitmDump, upstream
     assert "larger than" in px.log_text()  # said, once, as a warning
 
 
+def test_a_bomb_answer_reaches_the_client_untouched_in_bounded_memory(px: MitmDump, upstream: Upstream) -> None:
+    z = zlib.compressobj(9, wbits=16 + zlib.MAX_WBITS)
+    block = b" " * MiB
+    answer = z.compress(json.dumps(MESSAGE).encode()[:-1] + b',"pad":"') + b"".join(
+        z.compress(block) for _ in range(GiB // MiB)) + z.compress(b'"}') + z.flush()
+    upstream.answer = lambda h, seen: send(h, 200, answer, extra={"content-encoding": "gzip"})
+    before = rss(px)
+    with Sampler(px.proc.pid) as sampler, px.httpx_client() as client:  # type: ignore[union-attr]
+        with client.stream("POST", URL, content=request_body(), headers=HEADERS) as response:
+            raw = b"".join(response.iter_raw())
+    assert response.status_code == 200 and response.headers["content-encoding"] == "gzip"
+    assert raw == answer
+    assert b"gateway_search_tools" in upstream.seen[-1].body  # the request was rewritten: the hook had it
+    growth = sampler.peak - before
+    assert growth < 300 * MiB, f"the proxy grew by {growth / MiB:.0f} MiB for a {len(answer)}-byte answer"
+
+
 # --- answers the addon cannot improve pass as they came -------------------------------------
 
 
