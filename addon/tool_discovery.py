@@ -46,6 +46,7 @@ META_CONTEXT = "tool_discovery.context"  # a buffered flow the response hook com
 META_LIVE = "tool_discovery.live"  # a live flow, until the router sends it to the relay
 META_RELAY = "tool_discovery.relay"  # a live flow: the URL it really went to
 STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
+REENCODABLE = frozenset({"gzip", "deflate", "br", "zstd", "identity"})  # one of these, mitmproxy's encode applies
 UPSTREAM_OPTIONS = frozenset({"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir",
                               "mode", "upstream_auth"})
 log = logging.getLogger("tool_discovery")
@@ -206,8 +207,9 @@ class ToolDiscovery:
                          prepared.context.phantom if prepared.context else "")
         if prepared.body is None:
             return
-        if len(bodies.codings(flow.request.headers.get("content-encoding"))) > 1:
-            del flow.request.headers["content-encoding"]  # chained codings mitmproxy cannot re-apply: sent plain
+        codings = bodies.codings(flow.request.headers.get("content-encoding"))
+        if len(codings) > 1 or not set(codings) <= REENCODABLE:
+            del flow.request.headers["content-encoding"]  # codings mitmproxy cannot re-apply: sent plain
         flow.request.content = prepared.body
         flow.request.headers = _headers(_signed(flow.request.url, flow.request.headers.items(multi=True),
                                                 flow.request.raw_content or b"", aws))
@@ -388,8 +390,11 @@ async def _decoded(message: http.Message, cap: int, skipped: str) -> bytes | Non
     raw = message.raw_content
     if raw is None:  # streamed (stream_large_bodies): nothing held to decode
         return None
+    coding = message.headers.get("content-encoding")
     try:
-        return await asyncio.to_thread(bodies.decode, raw, message.headers.get("content-encoding"), cap)
+        if not coding:
+            return bodies.decode(raw, coding, cap)  # plain: only its size is checked
+        return await asyncio.to_thread(bodies.decode, raw, coding, cap)
     except bodies.BodyError as e:
         log.warning("%s: cannot decode the %s body (%s)", skipped,
                     "request" if isinstance(message, http.Request) else "response", e)

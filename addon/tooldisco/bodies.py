@@ -49,8 +49,13 @@ def decode(raw: bytes, content_encoding: str | None, cap: int) -> bytes:
     """``raw`` decoded, at most ``cap`` bytes of it; ``TooLarge`` past the cap, ``Undecodable``
     when a coding is unknown or the bytes are not valid for it. An identity body is
     capped as well: the caller's work on a body grows with its decoded size."""
+    layers = [c for c in codings(content_encoding) if c not in ("identity", "none")]
+    if not layers:  # sent plain: the bytes themselves, no copy
+        if len(raw) > cap:
+            raise TooLarge(f"the body is larger than {cap} bytes")
+        return raw
     chunks: Iterable[bytes] = _slices(raw)
-    for coding in reversed(codings(content_encoding)):
+    for coding in reversed(layers):
         chunks = _layer(chunks, coding)
     out = bytearray()
     for chunk in chunks:

@@ -367,10 +367,9 @@ class LoopRunner:
                             yield out
                     t0 = time.perf_counter()
                     end = stitcher.end_round()
-                    if end.message is None and unread is not None:  # no stream at all: it goes as it came
-                        record.outcome = "undecodable"
-                        if unread:
-                            yield bytes(unread)
+                    if end.message is None and unread and not _event_stream(answer.headers):
+                        record.outcome = "undecodable"  # no stream at all (a JSON answer): it goes as it came
+                        yield bytes(unread)
                         return
                     unread = None
                     if end.error is not None:  # already passed on; only what is still owed follows
@@ -442,6 +441,13 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _event_stream(headers: list[tuple[str, str]]) -> bool:
+    """Whether the answer says it is a stream (SSE or AWS event stream): one in which nothing
+    was recognised was cut, and ends with an error rather than as it came."""
+    ctype = next((v for k, v in headers if k.lower() == "content-type"), "")
+    return ctype.split(";")[0].strip().lower() in ("text/event-stream", "application/vnd.amazon.eventstream")
 
 
 def _too_deep(body: bytes) -> bool:

@@ -304,3 +304,9 @@ async def test_live_a_search_after_more_text_than_is_kept_ends_with_an_error(eng
     _, out = await collect(engine.runner(context(engine, True)).live(chunked(first, 300), open_))
     assert sent == []  # the model's message, cut, never goes back upstream as if it were whole
     assert b"event: error" in out and b"too large" in out and P.encode() not in out
+
+
+async def test_live_an_event_stream_cut_before_its_first_event_ends_with_an_error(engine):
+    answer = chunked(b"event: message_start\ndata: {\"type\":\"message_st")  # says text/event-stream
+    _, out = await collect(engine.runner(context(engine, True)).live(answer, None))
+    assert b"event: error" in out
