@@ -46,7 +46,7 @@ META_CONTEXT = "tool_discovery.context"  # a buffered flow the response hook com
 META_LIVE = "tool_discovery.live"  # a live flow, until the router sends it to the relay
 META_RELAY = "tool_discovery.relay"  # a live flow: the URL it really went to
 STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
-REENCODABLE = frozenset({"gzip", "deflate", "br", "zstd", "identity"})  # one of these, mitmproxy's encode applies
+REENCODABLE = frozenset({"gzip", "deflate", "br", "zstd", "identity"})  # a single one mitmproxy re-applies on set
 UPSTREAM_OPTIONS = frozenset({"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir",
                               "mode", "upstream_auth"})
 log = logging.getLogger("tool_discovery")
