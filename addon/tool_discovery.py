@@ -29,7 +29,7 @@ from mitmproxy.proxy.mode_specs import ProxyMode, UpstreamMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tooldisco import allocator, sigv4  # noqa: E402
+from tooldisco import allocator, bodies, sigv4  # noqa: E402
 from tooldisco.config import ConfigError, load_config  # noqa: E402
 from tooldisco.engine import Engine  # noqa: E402
 from tooldisco.net import relay as relay_mod  # noqa: E402
@@ -47,6 +47,7 @@ META_CONTEXT = "tool_discovery.context"  # a buffered flow the response hook com
 META_LIVE = "tool_discovery.live"  # a live flow, until the router sends it to the relay
 META_RELAY = "tool_discovery.relay"  # a live flow: the URL it really went to
 STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
+REENCODABLE = frozenset({"gzip", "deflate", "br", "zstd", "identity"})  # a single one mitmproxy re-applies on set
 UPSTREAM_OPTIONS = frozenset({"ssl_insecure", "ssl_verify_upstream_trusted_ca", "ssl_verify_upstream_trusted_confdir",
                               "mode", "upstream_auth"})
 CLIENT_POLL_S = 0.5  # how often a buffered flow's phantom loop checks that its client still waits
@@ -185,11 +186,7 @@ class ToolDiscovery:
             flow.metadata.pop(META_LIVE, None)
 
     async def _rewrite(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter) -> None:
-        try:
-            body = flow.request.get_content(strict=True)
-        except ValueError as e:
-            log.warning("tool discovery skipped: cannot decode the request body (%s)", e)
-            return
+        body = await _decoded(flow.request, engine.config.max_body_bytes, "tool discovery skipped")
         if not body:
             return
         headers = {k.lower(): v for k, v in flow.request.headers.items()}
@@ -212,6 +209,9 @@ class ToolDiscovery:
                          prepared.context.phantom if prepared.context else "")
         if prepared.body is None:
             return
+        codings = bodies.codings(flow.request.headers.get("content-encoding"))
+        if len(codings) > 1 or not set(codings) <= REENCODABLE:
+            del flow.request.headers["content-encoding"]  # codings mitmproxy cannot re-apply: sent plain
         flow.request.content = prepared.body
         flow.request.headers = _headers(_signed(flow.request.url, flow.request.headers.items(multi=True),
                                                 flow.request.raw_content or b"", aws))
@@ -283,10 +283,8 @@ class ToolDiscovery:
         ctx_, aws, _ = held
         if flow.response.raw_content is None:  # streamed after all (stream_large_bodies)
             return
-        try:
-            body = flow.response.get_content(strict=True) or b""
-        except ValueError as e:
-            log.warning("phantom loop skipped: cannot decode the response body (%s)", e)
+        body = await _decoded(flow.response, self.engine.config.max_body_bytes, "phantom loop skipped")
+        if body is None:
             return
         first = Answer.whole(flow.response.status_code, body, list(flow.response.headers.items(multi=True)))
         first = self.watch.tee(flow.id, flow.request.url, list(flow.request.headers.items(multi=True)),
@@ -418,6 +416,24 @@ def _ended(flow: http.HTTPFlow) -> None:
     if META_HOST in flow.metadata:
         response = flow.response.raw_content if flow.response else None
         allocator.collect_soon(len(flow.request.raw_content or b"") + len(response or b""))
+
+
+async def _decoded(message: http.Message, cap: int, skipped: str) -> bytes | None:
+    """The body decoded, or None when it cannot be within ``cap`` (the flow then passes as
+    mitmproxy carries it, raw bytes untouched). Not ``get_content``: that decodes all of a
+    bomb at once. In a worker thread: up to ``cap`` bytes of decoding must not stall other flows."""
+    raw = message.raw_content
+    if raw is None:  # streamed (stream_large_bodies): nothing held to decode
+        return None
+    coding = message.headers.get("content-encoding")
+    try:
+        if not coding:
+            return bodies.decode(raw, coding, cap)  # plain: only its size is checked
+        return await asyncio.to_thread(bodies.decode, raw, coding, cap)
+    except bodies.BodyError as e:
+        log.warning("%s: cannot decode the %s body (%s)", skipped,
+                    "request" if isinstance(message, http.Request) else "response", e)
+        return None
 
 
 def _signed(url: str, headers, body: bytes, aws: Any) -> list[tuple[str, str]]:

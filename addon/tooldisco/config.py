@@ -183,6 +183,10 @@ class Config:
     sessions: Sessions = Sessions()
     telemetry: Telemetry = Telemetry()
     websocket: str = "refuse"  # Codex tries a WebSocket first; refusing makes it use HTTP SSE
+    # Largest body (request, or a buffered answer) decoded and processed; a larger one passes
+    # as it came. Anthropic's Messages API refuses requests over 32 MB, the largest limit
+    # among the APIs spoken, so no body above it can be improved.
+    max_body_bytes: int = 32 * MiB
     warnings: tuple[str, ...] = ()  # non-fatal findings, logged by the addon
 
     def handles_host(self, host: str) -> bool:
@@ -490,6 +494,7 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
         sessions=sessions,
         telemetry=telemetry,
         websocket=top.string("websocket", "refuse", WEBSOCKET_MODES),
+        max_body_bytes=top.integer("max_body_bytes", Config.max_body_bytes, lo=64 * 1024),
         warnings=tuple(warnings),
     )
     top.done()

@@ -36,6 +36,9 @@ from .telemetry import TelemetrySink
 # rejects the reduced tool list, the search tool's schema, …) gets the client's own request.
 REWRITE_REJECTED = frozenset({400, 422})
 MAX_BUFFERED_BYTES = 256 * 1024 * 1024  # a re-forwarded JSON answer read whole
+# A live first answer is held up to this many bytes until its stream is recognised: one that
+# never is (a JSON answer to a request that asked for a stream) then goes out as it came.
+MAX_UNRECOGNISED_BYTES = 1024 * 1024
 
 
 class UpstreamFailed(Exception):
@@ -302,17 +305,25 @@ class LoopRunner:
         return self.ctx.adapter.restore_echo(body.decode("utf-8"), self.ctx.client_body).encode("utf-8")
 
     def _undecodable(self, answer: Answer, body: bytes) -> Reply:
-        """An answer we cannot read passes as it came, unless it holds our search call."""
-        if self.ctx.phantom and self.ctx.phantom.encode() in body:
+        """An answer we cannot read passes as it came, unless it is cut JSON that holds our
+        search call. JSON nested past the parser's limit is no cut answer: no parser the
+        client has reads it either, so it reaches the client as sent."""
+        if self.ctx.phantom and self.ctx.phantom.encode() in body and not _too_deep(body):
             return self._error_reply(502, "the upstream answer could not be read")
         return Reply(answer.status, answer.headers, body)
 
     def _first_answer(self, headers: list[tuple[str, str]], body: bytes) -> Reply:
-        """After an internal fault: the first answer minus the phantom calls, else an error."""
+        """After an internal fault: the first answer minus the phantom calls; as it came when it
+        holds none (nothing to improve); an error only when a search call cannot be taken out."""
         ctx = self.ctx
+        if not ctx.phantom or ctx.phantom.encode() not in body:
+            try:
+                return Reply(200, headers, self._echo(body))  # the upstream's bytes, echoes restored
+            except Exception:
+                return Reply(200, headers, body)
         message = _json_object(body)
         if message is None:
-            return self._error_reply(502, "tool discovery failed")
+            return self._undecodable(Answer.whole(200, body, headers), body)
         try:
             stripped = ctx.adapter.strip(message, [ctx.phantom])
             if not has_content(ctx.adapter, stripped):  # searches only: an empty turn is refused later
@@ -369,6 +380,8 @@ class LoopRunner:
                         cast(CallThroughAdapter, ctx.adapter).stitcher(ctx.phantom, ctx.client_body, ctx.dispatch))
             seen = ctx.adapter.decoder()  # the client's stream as its SDK assembles it: what it will send back
             shown_id: str | None = None  # the id the client's stream carries (round one's)
+            # Round one's bytes while the stitcher has recognised no event in them (bounded).
+            unread: bytearray | None = bytearray()
             while True:
                 try:
                     async for chunk in self._chunks(answer):
@@ -376,10 +389,20 @@ class LoopRunner:
                         out = stitcher.feed(chunk)
                         seen.feed(out)
                         own_s += time.perf_counter() - t0
+                        if unread is not None:
+                            if out or len(unread) + len(chunk) > MAX_UNRECOGNISED_BYTES:
+                                unread = None
+                            else:
+                                unread += chunk
                         if out:
                             yield out
                     t0 = time.perf_counter()
                     end = stitcher.end_round()
+                    if end.message is None and unread and not _event_stream(answer.headers):
+                        record.outcome = "undecodable"  # no stream at all (a JSON answer): it goes as it came
+                        yield bytes(unread)
+                        return
+                    unread = None
                     if end.error is not None:  # already passed on; only what is still owed follows
                         record.outcome = "upstream_stream_error"
                         if rest := stitcher.finish():
@@ -402,8 +425,13 @@ class LoopRunner:
                         rest = stitcher.finish()
                         seen.feed(rest)
                         # The session first: the client may send its next turn the moment it reads the end.
-                        await self._settle(action, shown_id, _assembled(seen))
+                        # A cut message is not one the client's next turn can be matched against: none kept.
+                        await self._settle(action, shown_id, {} if stitcher.cut else _assembled(seen))
                         yield rest
+                        return
+                    if stitcher.cut:  # its text was not kept: the model's message cannot go back as it wrote it
+                        record.outcome = "too_large"
+                        yield stitcher.fail(Failure(502, message="the answer is too large for the proxy's tool search"))
                         return
                     await answer.close()
                     stitcher.next_round()
@@ -437,8 +465,11 @@ def _go_classic(model: str, state: SessionState) -> None:
 
 
 def _assembled(decoder: StreamDecoder) -> dict[str, Any]:
-    """The message a stream decoder assembled (``{}`` when it cannot: nothing is kept)."""
+    """The message a stream decoder assembled (``{}`` when it cannot, or its text was cut:
+    nothing is kept)."""
     decoder.feed(b"")
+    if getattr(decoder, "cut", False):
+        return {}
     try:
         return decoder.message()
     except Exception:
@@ -451,6 +482,24 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _event_stream(headers: list[tuple[str, str]]) -> bool:
+    """Whether the answer says it is a stream (SSE or AWS event stream): one in which nothing
+    was recognised was cut, and ends with an error rather than as it came."""
+    ctype = next((v for k, v in headers if k.lower() == "content-type"), "")
+    return ctype.split(";")[0].strip().lower() in ("text/event-stream", "application/vnd.amazon.eventstream")
+
+
+def _too_deep(body: bytes) -> bool:
+    """Whether ``body`` is JSON nested past the parser's limit (as opposed to cut or not JSON)."""
+    try:
+        json.loads(body)
+    except RecursionError:
+        return True
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return False
 
 
 def _dumps(value: Any) -> bytes:

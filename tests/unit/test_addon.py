@@ -94,6 +94,31 @@ async def test_undecodable_body_passes_through(tmp_path, caplog):
         assert "cannot decode the request body" in caplog.text
 
 
+async def test_compressed_bodies_are_decoded_within_the_cap(tmp_path, caplog):
+    import brotli
+    import gzip
+
+    addon = tool_discovery.ToolDiscovery()
+    with taddons.context(addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=relevance_config(tmp_path))
+        f = flow()
+        f.request.headers["content-encoding"] = "gzip, br"  # chained: sent plain once rewritten
+        f.request.raw_content = brotli.compress(gzip.compress(f.request.raw_content))
+        addon.requestheaders(f)
+        await addon.request(f)
+        assert "content-encoding" not in f.request.headers
+        assert len(json.loads(f.request.raw_content)["tools"]) == 25
+
+        bomb = flow()
+        bomb.request.headers["content-encoding"] = "br"
+        bomb.request.raw_content = brotli.compress(bomb.request.raw_content[:-1] + b',"x":"' + b" " * (40 << 20) + b'"}')
+        sent = bomb.request.raw_content
+        addon.requestheaders(bomb)
+        await addon.request(bomb)
+        assert bomb.request.raw_content == sent and bomb.request.headers["content-encoding"] == "br"
+        assert "decoded body is larger than 33554432 bytes" in caplog.text
+
+
 def test_streams_live_unless_the_loop_may_need_the_answer(tmp_path):
     addon = tool_discovery.ToolDiscovery()
     with taddons.context(addon) as tctx:

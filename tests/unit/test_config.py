@@ -49,6 +49,8 @@ def test_shipped_configs_load(path):
         ({"sessions": {"ttl": "forever"}}, r"sessions.ttl: expected a duration"),
         ({"hosts": "*.example.com"} | {"telemetry": {"path": 3}}, r"telemetry.path: expected a string"),
         ({"websocket": "maybe"}, r"websocket: must be one of"),
+        ({"max_body_bytes": 1000}, r"max_body_bytes: must be at least 65536"),
+        ({"max_body_bytes": "lots"}, r"max_body_bytes: expected a whole number"),
         ({"bogus": 1}, r"bogus: unknown key"),
         ({"pipes": []}, r"pipes: expected a mapping"),
         (td(api={"api_key": "${NOPE_NOT_SET}"}), r"api.api_key: environment variable NOPE_NOT_SET is not set"),
@@ -101,3 +103,8 @@ def test_unreadable_and_invalid_yaml(tmp_path):
 def test_other_pipes_are_ignored():
     cfg = parse({"pipes": {"tool_output": {"enabled": True}, "tool_discovery": {"enabled": True}}})
     assert cfg.tool_discovery.enabled
+
+
+def test_max_body_bytes():
+    assert parse({}).max_body_bytes == 32 * 1024 * 1024  # Anthropic's request limit, the largest of the APIs
+    assert parse({"max_body_bytes": 1 << 20}).max_body_bytes == 1 << 20

@@ -367,3 +367,72 @@ async def test_a_turn_left_empty_at_the_limit_is_an_error_never_an_empty_success
 def test_the_proxys_own_errors_take_each_apis_format(adapter, shape):
     headers, body = adapter.error_body(Failure(502, message="cut"))
     assert shape(json.loads(body), dict(headers)) and dict(headers)["content-type"] == "application/json"
+
+
+# --- answers the loop cannot improve pass as they came ----------------------------------------
+
+
+def nested_call(depth: int = 50_000) -> bytes:
+    """An answer holding a search call, nested past what any JSON parser reads."""
+    return (b'{"type":"message","content":[{"type":"tool_use","name":"' + P.encode() + b'","input":'
+            + b'{"a":' * depth + b"1" + b"}" * depth + b"}]}")
+
+
+async def test_an_answer_nested_past_the_parser_passes_as_sent(engine):
+    raw = nested_call()
+    out = await engine.runner(context(engine)).buffered(Answer.whole(200, raw, [("x-up", "1")]), None)
+    assert out.status == 200 and out.body == raw and ("x-up", "1") in out.headers
+
+
+async def test_a_fault_on_an_answer_without_a_search_passes_it_as_sent(engine, monkeypatch):
+    raw = json.dumps(message({"type": "text", "text": "hi"}, stop="end_turn"), indent=1).encode()
+    runner = engine.runner(context(engine))
+
+    async def broken(message):
+        raise RecursionError("deep inside the adapter")
+
+    monkeypatch.setattr(runner, "step", broken)
+    out = await runner.buffered(Answer.whole(200, raw, [("x-up", "1")]), None)
+    assert out.status == 200 and out.body == raw and ("x-up", "1") in out.headers
+
+
+@pytest.mark.parametrize("raw", [
+    json.dumps(message({"type": "text", "text": "not a stream"}, stop="end_turn")).encode(),
+    nested_call(),
+    b"<html>upstream says hi</html>",
+])
+async def test_live_an_answer_that_is_no_stream_passes_as_sent(engine, raw):
+    answer = chunked(raw, 1000)
+    answer.headers = [("content-type", "application/json"), ("x-up", "1")]
+    head, out = await collect(engine.runner(context(engine, True)).live(answer, None))
+    assert head.status == 200 and ("x-up", "1") in head.headers and out == raw
+
+
+# --- a long stream is relayed without being kept ----------------------------------------------
+
+
+async def test_live_a_stream_longer_than_what_is_kept_is_relayed_whole(engine, monkeypatch):
+    monkeypatch.setattr("tooldisco.streams.common.MAX_ASSEMBLED_TEXT", 1000)
+    upstream = encode(message({"type": "text", "text": "long " * 2000}, stop="end_turn"))
+    head, out = await collect(engine.runner(context(engine, True)).live(chunked(upstream, 300), None))
+    assert head.status == 200 and out == upstream
+
+
+async def test_live_a_search_after_more_text_than_is_kept_ends_with_an_error(engine, monkeypatch):
+    monkeypatch.setattr("tooldisco.streams.common.MAX_ASSEMBLED_TEXT", 1000)
+    sent = []
+
+    async def open_(b):
+        sent.append(b)
+        return chunked(encode(message(FORECAST, msg_id="msg_2")))
+
+    first = encode(message({"type": "text", "text": "long " * 2000}, search_call()))
+    _, out = await collect(engine.runner(context(engine, True)).live(chunked(first, 300), open_))
+    assert sent == []  # the model's message, cut, never goes back upstream as if it were whole
+    assert b"event: error" in out and b"too large" in out and P.encode() not in out
+
+
+async def test_live_an_event_stream_cut_before_its_first_event_ends_with_an_error(engine):
+    answer = chunked(b"event: message_start\ndata: {\"type\":\"message_st")  # says text/event-stream
+    _, out = await collect(engine.runner(context(engine, True)).live(answer, None))
+    assert b"event: error" in out

@@ -159,3 +159,25 @@ def _nested(depth: int) -> str:
 ])
 def test_loads_or_text_takes_json_up_to_the_depth_the_assemblers_copy(text: str, parsed: bool) -> None:
     assert loads_or_text(text) == (json.loads(text) if parsed else text)
+
+
+def test_fragments_keep_their_text_and_join_runs_as_they_come():
+    from tooldisco.streams.common import Fragments
+
+    f, target = Fragments(), {}
+    pieces = [f"{i}," for i in range(5000)]
+    for p in pieces:
+        f.append(target, "text", p)
+    assert len(f._pending[(id(target), "text")][2]) < 600  # runs of fragments joined, not 5,000 objects
+    f.flush()
+    assert target["text"] == "".join(pieces)
+
+
+def test_fragments_past_the_limit_are_dropped_and_said():
+    from tooldisco.streams.common import Fragments
+
+    f, target = Fragments(limit=10), {}
+    for p in ("abcd", "efgh", "ijkl"):
+        f.append(target, "text", p)
+    f.flush()
+    assert target["text"] == "abcdefgh" and f.cut and f.size == 12

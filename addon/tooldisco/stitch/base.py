@@ -29,7 +29,7 @@ Contract, for every API (one module per API in this package):
   so the client stream always ends valid and the client's SDK raises.
 
 Memory: a stitcher holds the current event, the round's assembled message (what the
-loop re-sends) and small counters; never the raw body.
+loop re-sends, its text bounded: ``cut`` past it) and small counters; never the raw body.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ class Stitcher(ABC):
         self.rounds = 1  # the round being fed, from 1
         self._out = bytearray()  # client bytes decided but not returned yet
         self._ended = False  # the client stream is over (an error or the closing events went out)
+        self._decoder: Any = None  # the round's stream decoder (each API's stitcher sets its own)
 
     @abstractmethod
     def feed(self, data: bytes) -> bytes: ...
@@ -102,6 +103,12 @@ class Stitcher(ABC):
 
     def next_round(self) -> None:
         self.rounds += 1
+
+    @property
+    def cut(self) -> bool:
+        """The round's message lacks text past what a decoder keeps (``streams.common``): it
+        was relayed, but cannot be sent back upstream as the model wrote it."""
+        return bool(self._decoder.cut)
 
     @abstractmethod
     def finish(self) -> bytes: ...

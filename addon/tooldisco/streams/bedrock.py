@@ -159,6 +159,11 @@ class _FramedStreamDecoder:
     def done(self) -> bool:
         return self.assembler.done
 
+    @property
+    def cut(self) -> bool:
+        """The message lacks text past ``MAX_ASSEMBLED_TEXT`` (``streams.common``)."""
+        return self.assembler.text.cut
+
 
 def _json_payload(payload: bytes) -> Any:
     data = loads_or_text(payload.decode("utf-8", errors="replace"))

@@ -82,18 +82,36 @@ def parse_arguments(text: str) -> Any:
     return loads_or_text(text) if text.strip() else {}
 
 
+# Characters of streamed text one assembler keeps (every key together). The largest output a
+# model can be asked for (max_tokens) is a few hundred thousand tokens, a few MB of text: past
+# this the stream is not a model's answer the loop can re-send, and what comes is relayed but
+# not kept, so a proxy's memory does not grow with an answer's size.
+MAX_ASSEMBLED_TEXT = 4 * 1024 * 1024
+_RUN = 256  # small fragments joined into one string every this many: no per-object cost per delta
+
+
 class Fragments:
     """Collects streamed string fragments per (object, key) and joins them on ``flush``.
 
     Why: ``text = text + delta`` on every event is quadratic; a long answer arrives in
     thousands of deltas. Until ``flush`` the objects hold stale text, so assemblers
-    flush before anything reads them (``Assembler.message`` does).
+    flush before anything reads them (``Assembler.message`` does). Every ``_RUN``
+    fragments of one key are joined as they come, so a key holds about its text's size
+    however finely it was cut. ``limit``: characters kept over all keys; past it,
+    fragments are dropped and ``cut`` says the text is incomplete.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self._pending: dict[tuple[int, Hashable], tuple[MutableMapping[Any, Any], Hashable, list[str]]] = {}
+        self.limit = limit
+        self.size = 0  # characters appended, kept or not
+        self.cut = False
 
     def append(self, target: MutableMapping[Any, Any], key: Hashable, piece: str) -> None:
+        self.size += len(piece)
+        if self.limit is not None and self.size > self.limit:
+            self.cut = True
+            return
         slot = self._pending.get((id(target), key))
         if slot is None:
             current = target.get(key)
@@ -101,7 +119,10 @@ class Fragments:
                 target[key] = current = ""
             slot = (target, key, [current])
             self._pending[(id(target), key)] = slot  # holding target keeps its id unique
-        slot[2].append(piece)
+        pieces = slot[2]
+        pieces.append(piece)
+        if len(pieces) % (2 * _RUN) == 0:  # the last _RUN fragments become one string
+            pieces[-_RUN:] = ["".join(pieces[-_RUN:])]
 
     def set(self, target: MutableMapping[Any, Any], key: Hashable, value: Any) -> None:
         """Replace the value outright, discarding fragments not yet joined."""
@@ -193,7 +214,7 @@ class Assembler(ABC):
     def __init__(self) -> None:
         self.error: Any = None  # the upstream's error payload, once one arrived
         self.done = False  # the API's terminal event arrived
-        self.text = Fragments()  # string fragments not yet joined into the state
+        self.text = Fragments(MAX_ASSEMBLED_TEXT)  # string fragments not yet joined into the state
 
     @abstractmethod
     def apply(self, name: str | None, data: Any) -> str:
@@ -244,3 +265,8 @@ class SSEStreamDecoder:
     def done(self) -> bool:
         """True once the API's terminal event arrived."""
         return self.assembler.done
+
+    @property
+    def cut(self) -> bool:
+        """The message lacks text past ``MAX_ASSEMBLED_TEXT``: the stream went on, it was not kept."""
+        return self.assembler.text.cut

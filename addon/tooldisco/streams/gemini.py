@@ -237,6 +237,11 @@ class GeminiStreamDecoder:
         """True once a candidate has a ``finishReason`` (Gemini has no terminal event)."""
         return self.assembler.done
 
+    @property
+    def cut(self) -> bool:
+        """The message lacks text past ``MAX_ASSEMBLED_TEXT`` (``streams.common``)."""
+        return self.assembler.text.cut
+
 
 def chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
     """The chunks that stream ``response``: one part per chunk; each candidate's last
