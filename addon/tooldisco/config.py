@@ -154,6 +154,9 @@ class Sessions:
     redis: RedisSettings = RedisSettings()
     ttl: float = 3600.0
     cleanup_interval: float = 300.0
+    # disk: the longest any store call waits for SQLite's lock; past it the request is planned without state
+    timeout: float = 0.3
+    retry_after: float = 5.0  # disk: once the store failed, requests skip it this long before one tries again
     session_headers: tuple[str, ...] = (
         "x-claude-code-session-id",
         "session_id",
@@ -474,6 +477,8 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
         redis=_redis(ss.section("redis")),
         ttl=ss.duration("ttl", Sessions.ttl),
         cleanup_interval=ss.duration("cleanup_interval", Sessions.cleanup_interval),
+        timeout=ss.duration("timeout", Sessions.timeout),
+        retry_after=ss.duration("retry_after", Sessions.retry_after),
         session_headers=tuple(h.lower() for h in ss.strings("session_headers", Sessions().session_headers)),
     )
     ss.done()

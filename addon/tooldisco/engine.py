@@ -35,7 +35,7 @@ def _session_store(cfg: Sessions) -> SessionStore | RedisSessionStore:
         from .redis_sessions import RedisSessionStore
 
         return RedisSessionStore(cfg.redis, cfg.ttl)
-    return SessionStore(cfg.directory(), cfg.ttl, cfg.cleanup_interval)
+    return SessionStore(cfg.directory(), cfg.ttl, cfg.cleanup_interval, cfg.timeout, cfg.retry_after)
 
 
 class Engine:
