@@ -173,6 +173,16 @@ class Sessions:
 
 
 @dataclass(frozen=True)
+class Planning:
+    """The worker threads that plan requests (``executor.FairExecutor``)."""
+
+    workers: int = 4
+    per_tenant: int = 2  # a tenant's requests occupy at most this many workers: the others stay for other tenants
+    queue: int = 32  # a tenant's requests waiting for a worker; past it a request goes unprocessed
+    wait: float = 10.0  # a request not started within this goes unprocessed
+
+
+@dataclass(frozen=True)
 class Telemetry:
     enabled: bool = True
     path: str = "tool_discovery.jsonl"
@@ -185,6 +195,7 @@ class Config:
     hosts: tuple[str, ...] = DEFAULT_HOSTS
     sessions: Sessions = Sessions()
     telemetry: Telemetry = Telemetry()
+    planning: Planning = Planning()
     websocket: str = "refuse"  # Codex tries a WebSocket first; refusing makes it use HTTP SSE
     warnings: tuple[str, ...] = ()  # non-fatal findings, logged by the addon
 
@@ -489,11 +500,18 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
         include_prompts=ts.boolean("include_prompts", Telemetry.include_prompts),
     )
     ts.done()
+    ps = top.section("planning")
+    planning = Planning(workers=ps.integer("workers", Planning.workers, 1, 256),
+                        per_tenant=ps.integer("per_tenant", Planning.per_tenant, 1, 256),
+                        queue=ps.integer("queue", Planning.queue, 0, 100_000),
+                        wait=ps.duration("wait", Planning.wait))
+    ps.done()
     cfg = Config(
         tool_discovery=td,
         hosts=top.strings("hosts", DEFAULT_HOSTS),
         sessions=sessions,
         telemetry=telemetry,
+        planning=planning,
         websocket=top.string("websocket", "refuse", WEBSOCKET_MODES),
         warnings=tuple(warnings),
     )
