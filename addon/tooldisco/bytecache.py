@@ -55,6 +55,46 @@ def deep_size(obj: object) -> int:
     return total
 
 
+# A value's element beyond its container's own slots: a (name, description) pair tuple and
+# the two string headers (CPython 3.13: 56 + 2 × 41 bytes, rounded up); the text they hold
+# is charged from the key's (``derived_size``).
+ITEM_OVERHEAD = 160
+STR_HEADER = 80  # an attribute's object without its text (a str: 41 bytes for ASCII, more for wider kinds)
+_TEXT = (str, bytes)
+_CONTAINERS = (tuple, list, dict, set, frozenset)
+
+
+def derived_size(key: object, value: object) -> int:
+    """What an entry holds when its value is parsed out of its key's text (a tool definition
+    text -> its ``Tool``), from lengths alone, without walking the value.
+
+    Why: the walk of ``deep_size`` cost more than the parse it cached, on every one of a
+    large catalog's definitions. Charged: the key and its texts; as much text again for the
+    value's strings, which are cut from the key's (names, descriptions: never more than the
+    key holds, the key's own text shared); the value, a header per attribute and one
+    ``ITEM_OVERHEAD`` per element of its containers."""
+    text = chars = 0
+    wide = False
+    for part in key if isinstance(key, tuple) else (key,):
+        if isinstance(part, str):
+            text += sys.getsizeof(part)
+            chars += len(part)
+            # JSON's \u escapes are the one way a parsed string gets wider characters than its
+            # source (one astral character makes all of it 4 bytes a character).
+            wide = wide or "\\u" in part
+        elif isinstance(part, bytes):
+            text += sys.getsizeof(part)
+            chars += len(part)
+    total = sys.getsizeof(key) + text + (4 * chars if wide else text) + sys.getsizeof(value)
+    fields = getattr(value, "__dict__", None)
+    if fields is not None:
+        total += sys.getsizeof(fields) + len(fields) * STR_HEADER
+        for item in fields.values():
+            if isinstance(item, _CONTAINERS):
+                total += sys.getsizeof(item) + len(item) * ITEM_OVERHEAD
+    return total
+
+
 def entry_size(key: object, value: object) -> int:
     """What an entry holds; a value sharing objects with its key is not counted twice."""
     return deep_size((key, value))
