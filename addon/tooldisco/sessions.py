@@ -49,6 +49,7 @@ MAX_EXTENDED = 100_000  # digests whose recent expiry extension a disk store rem
 # only files are SQLite's, which take the database file's mode (see ``private_cache``).
 _NEVER_SPILL = 1 << 40
 _PAGE_CACHE_PAGES = 512  # × 4 KiB pages: 2 MiB per connection
+_DEFINITIONS_PER_TRANSACTION = 200  # each transaction holds the write lock a few milliseconds
 
 T = TypeVar("T")
 
@@ -304,8 +305,13 @@ class SessionStore:
                 if (extend := settle(before, state, self._ttl)) is None:
                     cache.touch(key, expire=self._ttl)
                 else:
-                    self._write_definitions(cache, state, extend)
                     cache.set(key, _entry(state), expire=self._ttl)
+            if extend:
+                # After the session, in short transactions of their own: a catalog's thousands of
+                # definitions written in the session's would hold every other writer (every
+                # other request) past its timeout. A session read in between lacks a definition
+                # for a moment, which reads as expired (skipped).
+                self._write_definitions(cache, state, extend)
 
         self._call(transaction, None)
         return change(SessionState()) if result is _NONE else result
@@ -327,15 +333,16 @@ class SessionStore:
         more than ``1.5 × ttl``, longer than the session written now (expiry only ever grows)."""
         expire = 2 * self._ttl
         now = time.monotonic()
-        for digest in digests:
-            if now - self._extended.get(digest, -expire) < self._ttl / 2:
-                continue
-            key = _definition_key(digest)
-            if not cache.touch(key, expire=expire):
-                if digest not in state.incoming:
-                    continue
-                cache.set(key, state.incoming[digest], expire=expire)
-            self._extended[digest] = now
+        due = [d for d in digests if now - self._extended.get(d, -expire) >= self._ttl / 2]
+        for start in range(0, len(due), _DEFINITIONS_PER_TRANSACTION):
+            with cache.transact():
+                for digest in due[start:start + _DEFINITIONS_PER_TRANSACTION]:
+                    key = _definition_key(digest)
+                    if not cache.touch(key, expire=expire):
+                        if digest not in state.incoming:
+                            continue
+                        cache.set(key, state.incoming[digest], expire=expire)
+                    self._extended[digest] = now
         if len(self._extended) > MAX_EXTENDED:  # the first-remembered half goes: forgetting costs one touch
             for digest in list(islice(self._extended, len(self._extended) // 2)):
                 del self._extended[digest]
