@@ -14,7 +14,8 @@ sessions by tenant-bound key with a sliding TTL, definitions once by content und
 - Redis expires keys itself: no cleanup pass.
 - Redis may be down or slow. Every call then fails open: reads are blank, writes are
   dropped, ``update`` runs ``change`` on a blank state and returns its result, so the
-  request goes through as if the session were new. Short timeouts bound the wait; a
+  request goes through as if the session were new. Short timeouts bound the wait (each
+  command's, and an update's optimistic retries together); a
   circuit breaker stops asking for ``retry_after`` seconds after a failure, then lets one
   call probe. One warning per outage says why, one line says when Redis is back.
 """
@@ -99,6 +100,7 @@ class RedisSessionStore:
         self._prefix = settings.prefix
         self._ttl_ms = max(int(ttl * 1000), 1)
         self._ttl = ttl
+        self._budget = settings.timeout  # optimistic retries of one update stop past it, like one slow command
         self._breaker = _Breaker(settings.where(), settings.retry_after)
 
     def get(self, key: str) -> SessionState:
@@ -119,7 +121,12 @@ class RedisSessionStore:
 
     def _update(self, skey: str, change: Callable[[SessionState], T]) -> T:
         result: Any = _NONE
+        deadline = time.monotonic() + self._budget
+        tries = 0
         for attempt in range(MAX_ATTEMPTS):
+            if attempt and time.monotonic() > deadline:
+                break
+            tries += 1
             with self._redis.pipeline() as pipe:
                 try:
                     pipe.watch(skey)
@@ -138,7 +145,7 @@ class RedisSessionStore:
                     return result
                 except redis.WatchError:
                     time.sleep(random.uniform(0, min(_BACKOFF_S[0] * 2 ** attempt, _BACKOFF_S[1])))
-        logger.warning("session store: an update lost the race {} times in a row; dropped", MAX_ATTEMPTS)
+        logger.warning("session store: an update lost the race {} times in a row; dropped", tries)
         return result
 
     def definitions(self, digests: Iterable[str]) -> dict[str, str]:

@@ -150,3 +150,29 @@ def test_a_store_that_breaks_while_in_use_degrades_and_recovers(tmp_path: Path, 
     store.update("k", lambda s: s.expand(["c"]))
     assert found(store) == ["a", "c"] and len(warnings(logs)) == 1
     store.close()
+
+
+def test_a_redis_update_losing_every_race_gives_up_within_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optimistic retries under contention stop at the store's timeout, not after 50 tries with backoff."""
+    import redis
+
+    from tooldisco.config import RedisSettings
+    from tooldisco.redis_sessions import RedisSessionStore
+
+    store = RedisSessionStore(RedisSettings(url="redis://127.0.0.1:1/0", timeout=0.2))
+
+    class Racing:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def watch(self, *keys):
+            time.sleep(0.02)  # the round trip
+            raise redis.WatchError("another writer")
+
+    monkeypatch.setattr(store._redis, "pipeline", lambda *a, **kw: Racing())
+    began = time.monotonic()
+    assert store.update("k", lambda s: "planned") == "planned"
+    assert time.monotonic() - began < 1.0  # 50 tries of 20 ms alone would be a second
