@@ -177,9 +177,10 @@ class Planning:
     """The worker threads that plan requests (``executor.FairExecutor``)."""
 
     workers: int = 4
-    per_tenant: int = 2  # a tenant's requests occupy at most this many workers: the others stay for other tenants
+    per_tenant: int = 1  # a tenant's requests occupy at most this many workers: the others stay for other tenants
     queue: int = 32  # a tenant's requests waiting for a worker; past it a request goes unprocessed
     wait: float = 10.0  # a request not started within this goes unprocessed
+    switch_interval: float = 0.001  # the GIL's switch interval: how long the event loop may wait on a planning thread
 
 
 @dataclass(frozen=True)
@@ -504,7 +505,8 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
     planning = Planning(workers=ps.integer("workers", Planning.workers, 1, 256),
                         per_tenant=ps.integer("per_tenant", Planning.per_tenant, 1, 256),
                         queue=ps.integer("queue", Planning.queue, 0, 100_000),
-                        wait=ps.duration("wait", Planning.wait))
+                        wait=ps.duration("wait", Planning.wait),
+                        switch_interval=ps.duration("switch_interval", Planning.switch_interval))
     ps.done()
     cfg = Config(
         tool_discovery=td,

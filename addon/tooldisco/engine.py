@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from loguru import logger
 
 from .config import Config, Sessions
-from .executor import FairExecutor, Overloaded
+from .executor import FairExecutor, Overloaded, set_switch_interval
 from .planner import FlowContext, Planner, Prepared
 from .providers.base import Adapter, RequestView
 from .providers.detect import detect
@@ -55,6 +55,7 @@ class Engine:
         self.planner = Planner(config, self.store, self.telemetry, self.ranker, self.searches.warm, self._shadow)
         p = config.planning
         self.pool = FairExecutor(p.workers, p.per_tenant, p.queue, p.wait)
+        set_switch_interval(p.switch_interval)
         self._overloaded_logged = 0.0
 
     def adapter_for(self, host: str, method: str, path: str) -> Adapter | None:

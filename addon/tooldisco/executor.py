@@ -14,6 +14,12 @@ made every other tenant's small request wait behind it. Here:
 
 Session-store writes after an answer (``run_store``) get a small pool of their own: each is
 bounded by the store's timeout, and none waits behind planning or search work.
+
+Why ``switch_interval``: planning is Python holding the GIL, and mitmproxy's one event loop
+serves every flow; each time the loop wakes (a socket ready, a TLS record) it waits for the
+GIL up to the interpreter's switch interval (5 ms by default), so a small request's dozens
+of loop steps queued behind each busy planning thread. A shorter interval hands the GIL back
+sooner (``sys.setswitchinterval``: process-wide, it is the proxy's process).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import sys
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -150,6 +157,12 @@ class FairExecutor:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+
+def set_switch_interval(seconds: float) -> None:
+    """The interpreter's GIL switch interval (see the module doc); never raised above the current one."""
+    if 0 < seconds < sys.getswitchinterval():
+        sys.setswitchinterval(seconds)
 
 
 _STORE_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tooldisco-store")
