@@ -117,6 +117,10 @@ def main() -> None:
                 other.execute("ROLLBACK")
                 other.close()
             print(summary(f"store locked by another process for {args.lock:g} s", locked_took))
+            log = proxy.log_text()
+            print(f"log: {log.count('planning is overloaded')} overload warnings, "
+                  f"{log.count('forwarding the request unchanged')} failures, "
+                  f"{log.count('session store at')} store lines")
         finally:
             proxy.stop()
 

@@ -179,8 +179,8 @@ class Planning:
     workers: int = 4
     per_tenant: int = 1  # a tenant's requests occupy at most this many workers: the others stay for other tenants
     queue: int = 32  # a tenant's requests waiting for a worker; past it a request goes unprocessed
-    wait: float = 10.0  # a request not started within this goes unprocessed
-    switch_interval: float = 0.001  # the GIL's switch interval: how long the event loop may wait on a planning thread
+    wait: float = 30.0  # a request not started within this goes unprocessed
+    switch_interval: float = 0.0002  # the GIL's switch interval: how long the event loop may wait on a planning thread
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ class _Job:
 class FairExecutor:
     """``workers`` threads; per tenant at most ``per_tenant`` running and ``queue`` waiting."""
 
-    def __init__(self, workers: int = 4, per_tenant: int = 2, queue: int = 32, wait: float = 30.0,
+    def __init__(self, workers: int = 4, per_tenant: int = 1, queue: int = 32, wait: float = 30.0,
                  name: str = "tooldisco-plan") -> None:
         self.workers, self.per_tenant, self.queue, self.wait = workers, max(1, min(per_tenant, workers)), queue, wait
         self._name = name
