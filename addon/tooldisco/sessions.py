@@ -268,6 +268,7 @@ class SessionStore:
         self._retry_at = 0.0  # monotonic: when calls may try the store again
         self._probing = False  # one call tries a store that failed; the others skip it meanwhile
         self._checked = 0.0  # monotonic: when the file was last checked to be the one opened
+        self._corrupt_found: BaseException | None = None  # set: the file in use proved corrupt
         self._ttl = ttl
         self._cleanup_interval = cleanup_interval
         self._last_cleanup = 0.0
@@ -436,7 +437,11 @@ class SessionStore:
             return None
 
     def _open(self) -> diskcache.Cache:
-        """Open the store; a file there that is not a database is moved aside and a fresh one made."""
+        """Open the store; a file there that is not a database (or was found corrupt while in
+        use) is moved aside and a fresh one made."""
+        if self._corrupt_found is not None:
+            self._move_aside(self._corrupt_found)
+            self._corrupt_found = None
         try:
             cache = private_cache(self._directory, self._timeout)
         except sqlite3.DatabaseError as e:
@@ -480,7 +485,8 @@ class SessionStore:
             self._probing = False
             self._retry_at = now if retry_now else now + self._retry_after
             if cache is not None and cache is self._cache and _corrupt(error):
-                self._cache, self._retry_at = None, now
+                # Opening it may well work again (the header is fine, a page is not): move it aside first.
+                self._cache, self._retry_at, self._corrupt_found = None, now, error
             first, self._down_since = self._down_since is None, self._down_since or now
         if first:
             logger.warning("session store at {} is unavailable ({}); requests go through without session state "

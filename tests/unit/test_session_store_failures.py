@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from tooldisco.sessions import SessionStore
+from tooldisco.sessions import SessionStore, private_cache
 
 
 @pytest.fixture
@@ -176,3 +176,23 @@ def test_a_redis_update_losing_every_race_gives_up_within_its_timeout(monkeypatc
     began = time.monotonic()
     assert store.update("k", lambda s: "planned") == "planned"
     assert time.monotonic() - began < 1.0  # 50 tries of 20 ms alone would be a second
+
+
+def test_a_store_found_corrupt_while_in_use_is_moved_aside_and_made_again(tmp_path: Path, logs: list[str]) -> None:
+    """Its header intact, so it opens again, its pages not: reopening alone would fail forever."""
+    store = SessionStore(tmp_path, retry_after=0.1)
+    for i in range(300):
+        store.update(f"filler{i}", lambda s: s.expand([f"tool_{n}_{'x' * 200}" for n in range(20)]))
+    store.update("k", lambda s: s.expand(["a"]))
+    store._cache._sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    store._cache.close()  # this thread's connection: the next call reads the file again
+    size = (tmp_path / "cache.db").stat().st_size
+    with open(tmp_path / "cache.db", "r+b") as f:  # the last pages (the newest session's), not the schema's
+        f.seek(size - 16384)
+        f.write(b"\xff" * 16384)
+    private_cache(tmp_path).close()  # it still opens
+    assert store.update("k", lambda s: list(s.expanded)) == []  # this request: without state
+    store.update("k", lambda s: s.expand(["b"]))  # the next: a fresh store
+    assert found(store) == ["b"] and store.available
+    assert len(list(tmp_path.glob("cache.db.corrupt-*"))) == 1
+    store.close()
