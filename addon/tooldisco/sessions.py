@@ -535,7 +535,8 @@ def _remedy(error: BaseException) -> str:
     """What the user can do about it, by the kind of failure."""
     text = str(error).lower()
     if isinstance(error, diskcache.Timeout) or "locked" in text:
-        return "Another process holds the store's write lock; sessions.timeout bounds each wait."
+        return ("Another process holds the store's write lock: end it, or give this proxy a sessions.dir of its own "
+                "(sessions.timeout bounds each wait).")
     if isinstance(error, PermissionError) or "readonly" in text or "read-only" in text or "permission" in text:
         return "Make sessions.dir writable by this user, or point sessions.dir elsewhere."
     if "full" in text or getattr(error, "errno", None) == errno.ENOSPC:
