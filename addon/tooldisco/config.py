@@ -504,7 +504,7 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
     ps = top.section("planning")
     planning = Planning(workers=ps.integer("workers", Planning.workers, 1, 256),
                         per_tenant=ps.integer("per_tenant", Planning.per_tenant, 1, 256),
-                        queue=ps.integer("queue", Planning.queue, 0, 100_000),
+                        queue=ps.integer("queue", Planning.queue, 1, 100_000),
                         wait=ps.duration("wait", Planning.wait),
                         switch_interval=ps.duration("switch_interval", Planning.switch_interval))
     ps.done()

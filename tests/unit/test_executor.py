@@ -99,3 +99,38 @@ async def test_results_and_errors_come_back_as_from_to_thread() -> None:
     with pytest.raises(ValueError):
         await pool.run("t", boom)
     assert pool.stats()["threads"] <= 2
+
+
+async def test_a_request_the_pool_cannot_take_goes_through_unprocessed(tmp_path) -> None:
+    """Engine.plan: its tenant's queue full, the request is forwarded as the client sent it."""
+    import json
+
+    from tooldisco.config import parse
+    from tooldisco.engine import Engine
+    from tooldisco.providers.detect import detect
+    from tooldisco.tenants import tenant_of
+
+    from tests.support.catalog import anthropic_tools
+
+    engine = Engine(parse({"pipes": {"tool_discovery": {"enabled": True, "strategy": "tool-search"}},
+                           "sessions": {"dir": str(tmp_path)}, "telemetry": {"enabled": False},
+                           "planning": {"workers": 2, "per_tenant": 1, "queue": 1}}))
+    adapter = detect("POST", "/v1/messages", "api.anthropic.com")
+    body = json.dumps({"model": "m", "max_tokens": 9, "tools": anthropic_tools(60),
+                       "messages": [{"role": "user", "content": "weather in Paris"}]}).encode()
+    headers = {"x-api-key": "sk-busy"}
+    gate = Gate()
+    busy = tenant_of(headers, "")
+    held = [engine.pool.submit(busy, gate.job, "running")]
+    wait_until(lambda: gate.started == ["running"])
+    held.append(engine.pool.submit(busy, gate.job, "waiting"))  # its queue (1) is full now
+    try:
+        refused = await engine.plan(adapter, headers, body)
+        assert refused.body is None and refused.context is None and refused.record.fallback_reason == "overloaded"
+        other = await engine.plan(adapter, {"x-api-key": "sk-other"}, body)  # another tenant: planned at once
+        assert other.body is not None and b"gateway_search_tools" in other.body
+    finally:
+        gate.release.set()
+        for f in held:
+            f.result(5)
+        engine.close()
