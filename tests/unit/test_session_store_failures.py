@@ -196,3 +196,23 @@ def test_a_store_found_corrupt_while_in_use_is_moved_aside_and_made_again(tmp_pa
     assert found(store) == ["b"] and store.available
     assert len(list(tmp_path.glob("cache.db.corrupt-*"))) == 1
     store.close()
+
+
+@pytest.mark.skipif(shutil.which("chattr") is None, reason="chattr not installed")
+def test_a_store_made_read_only_while_in_use_degrades_and_recovers(tmp_path: Path, logs: list[str]) -> None:
+    store = SessionStore(tmp_path, retry_after=0.2)
+    store.update("k", lambda s: s.expand(["a"]))
+    # Not cache.db-shm: SQLite maps it, and a mapped file made immutable under it ends the process (SIGBUS).
+    files = [str(tmp_path / "cache.db"), str(tmp_path / "cache.db-wal"), str(tmp_path)]
+    if subprocess.run(["chattr", "+i", *files], capture_output=True).returncode:
+        subprocess.run(["chattr", "-i", *files], capture_output=True)
+        pytest.skip("chattr +i not permitted here")
+    try:
+        assert store.update("k", lambda s: s.expand(["b"]) or "planned") == "planned"
+        assert len(warnings(logs)) == 1 and not store.available
+    finally:
+        subprocess.run(["chattr", "-i", *files], check=True)
+    time.sleep(0.25)
+    store.update("k", lambda s: s.expand(["c"]))
+    assert found(store) == ["a", "c"] and store.available
+    store.close()
