@@ -24,6 +24,9 @@ MiB = 1 << 20
 # more in bookkeeping than its whole budget.
 ENTRY_OVERHEAD = 256
 
+# Caches of parsed tool definitions, once full, keep one new definition in this many (see ``ByteLRU``).
+ADMIT_WHEN_FULL = 32
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 R = TypeVar("R")
@@ -103,9 +106,16 @@ def entry_size(key: object, value: object) -> int:
 class ByteLRU(Generic[K, V]):
     """A thread-safe LRU mapping whose entries together hold at most ``max_bytes``."""
 
-    def __init__(self, max_bytes: int, sizeof: Callable[[K, V], int] = entry_size):
+    def __init__(self, max_bytes: int, sizeof: Callable[[K, V], int] = entry_size, admit_when_full: int = 1):
         self.max_bytes = max_bytes
         self._sizeof = sizeof
+        # Once full, only every n-th new entry is kept (evicting the least recently used).
+        # Why: a set of keys visited in turn that is larger than the budget (a huge catalog's
+        # definitions, every request) makes a plain LRU evict each entry just before its next
+        # use: nothing ever hits. Admitting few keeps most of what is held, so part of such a
+        # set hits, and a new working set still replaces an old one, n times more slowly.
+        self._admit_when_full = max(1, admit_when_full)
+        self._refused = 0
         # cachetools sizes values only, so each value is stored with its entry's size.
         self._lru: cachetools.LRUCache[K, tuple[V, int]] = cachetools.LRUCache(
             maxsize=max_bytes, getsizeof=lambda stored: stored[1]
@@ -126,6 +136,10 @@ class ByteLRU(Generic[K, V]):
         if nbytes > self.max_bytes:
             return
         with self._lock:
+            if self._admit_when_full > 1 and key not in self._lru and self._lru.currsize + nbytes > self.max_bytes:
+                self._refused += 1
+                if self._refused % self._admit_when_full:
+                    return
             self._lru[key] = (value, nbytes)
 
     def clear(self) -> None:
@@ -146,15 +160,17 @@ def memoize(
     *,
     key: Callable[..., Hashable] | None = None,
     sizeof: Callable[[Any, Any], int] = entry_size,
+    admit_when_full: int = 1,
 ) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Memoize a function of positional arguments in a ``ByteLRU`` of ``max_bytes``.
 
     ``key(*args)`` replaces the arguments as the cache key, so that a huge argument need
-    not be kept alive by the cache. The wrapper has ``cache`` and ``cache_clear()``.
+    not be kept alive by the cache; ``admit_when_full``: see ``ByteLRU``. The wrapper has
+    ``cache`` and ``cache_clear()``.
     """
 
     def decorate(fn: Callable[..., R]) -> Callable[..., R]:
-        cache: ByteLRU[Hashable, R] = ByteLRU(max_bytes, sizeof)
+        cache: ByteLRU[Hashable, R] = ByteLRU(max_bytes, sizeof, admit_when_full)
 
         @functools.wraps(fn)
         def wrapper(*args: Any) -> R:

@@ -49,3 +49,31 @@ def test_the_charge_is_at_least_what_a_parsed_tool_holds() -> None:
         raw = json.dumps(tool, separators=(",", ":"))
         value = anthropic.parse_tool.__wrapped__(raw)
         assert derived_size((raw,), value) >= 0.99 * entry_size((raw,), value), name
+
+
+def test_a_cycle_larger_than_the_cache_still_hits_when_admission_is_limited() -> None:
+    """A plain LRU evicts each key just before its next use; admitting one new key in 32 once
+    full keeps most of what is held, and a new working set still replaces an old one."""
+
+    def hits(admit: int) -> tuple[int, set[int]]:
+        cache = bytecache.ByteLRU(100 * (bytecache.ENTRY_OVERHEAD + 100), lambda k, v: 100, admit_when_full=admit)
+        count = 0
+        for _ in range(5):
+            for key in range(200):  # twice what the budget holds
+                if cache.get(key) is not None:
+                    count += 1
+                else:
+                    cache.put(key, "v")
+        return count, {k for k in range(200) if cache.get(k) is not None}
+
+    assert hits(1)[0] == 0
+    count, held = hits(32)
+    assert count >= 4 * 90  # each later round hits (nearly) all it holds
+    cache = bytecache.ByteLRU(100 * (bytecache.ENTRY_OVERHEAD + 100), lambda k, v: 100, admit_when_full=32)
+    for key in range(100):
+        cache.put(key, "old")
+    for _ in range(300):  # adopted gradually: about 1/32 of its misses each round
+        for key in range(1000, 1100):  # a new working set, used again and again
+            if cache.get(key) is None:
+                cache.put(key, "new")
+    assert sum(cache.get(k) == "new" for k in range(1000, 1100)) == 100

@@ -14,7 +14,7 @@ import json
 from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from .. import jsonspan
-from ..bytecache import MiB, derived_size, memoize
+from ..bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from ..stitch.base import Stitcher
 from ..streams.common import as_list
 from .anthropic import deferred_text
@@ -148,7 +148,7 @@ def echoed_fields(body: str) -> dict[str, str]:
     return out
 
 
-@memoize(16 * MiB, sizeof=derived_size)  # sized from its text: a walk cost more than the parse
+@memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
 def parse_tool(raw: str) -> Tool:
     d = json.loads(raw)
     if not isinstance(d, dict):
