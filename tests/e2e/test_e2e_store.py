@@ -15,7 +15,6 @@ import subprocess
 import threading
 import time
 import uuid
-from functools import partial
 from pathlib import Path
 from typing import Any
 
