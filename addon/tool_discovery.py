@@ -198,11 +198,11 @@ class ToolDiscovery:
             if status is sigv4.Status.CANNOT:
                 log.warning("tool discovery skipped: %s", reason)
                 return
-        # In a worker thread: a first request on a large catalog may build a search index,
-        # and session reads are disk I/O; a blocking call in a hook would stall every flow.
+        # On the planning pool (its tenant's share of worker threads): a first request on a large
+        # catalog may build a search index, and session reads are disk I/O; a blocking call in a
+        # hook would stall every flow.
         sent = (flow.request.raw_content, flow.request.headers.copy())
-        prepared = await asyncio.to_thread(engine.prepare, adapter, headers, body,
-                                           urlsplit(flow.request.path).query)
+        prepared = await engine.plan(adapter, headers, body, urlsplit(flow.request.path).query)
         if prepared.background is not None:
             self._spawn(prepared.background())
         self.watch.begin(flow, adapter, body, prepared.body, prepared.record,

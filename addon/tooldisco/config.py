@@ -154,6 +154,9 @@ class Sessions:
     redis: RedisSettings = RedisSettings()
     ttl: float = 3600.0
     cleanup_interval: float = 300.0
+    # disk: the longest any store call waits for SQLite's lock; past it the request is planned without state
+    timeout: float = 0.3
+    retry_after: float = 5.0  # disk: once the store failed, requests skip it this long before one tries again
     session_headers: tuple[str, ...] = (
         "x-claude-code-session-id",
         "session_id",
@@ -170,6 +173,17 @@ class Sessions:
 
 
 @dataclass(frozen=True)
+class Planning:
+    """The worker threads that plan requests (``executor.FairExecutor``)."""
+
+    workers: int = 4
+    per_tenant: int = 1  # a tenant's requests occupy at most this many workers: the others stay for other tenants
+    queue: int = 32  # a tenant's requests waiting for a worker; past it a request goes unprocessed
+    wait: float = 30.0  # a request not started within this goes unprocessed
+    switch_interval: float = 0.0002  # the GIL's switch interval: how long the event loop may wait on a planning thread
+
+
+@dataclass(frozen=True)
 class Telemetry:
     enabled: bool = True
     path: str = "tool_discovery.jsonl"
@@ -182,6 +196,7 @@ class Config:
     hosts: tuple[str, ...] = DEFAULT_HOSTS
     sessions: Sessions = Sessions()
     telemetry: Telemetry = Telemetry()
+    planning: Planning = Planning()
     websocket: str = "refuse"  # Codex tries a WebSocket first; refusing makes it use HTTP SSE
     # Largest body (request, or a buffered answer) decoded and processed; a larger one passes
     # as it came. Anthropic's Messages API refuses requests over 32 MB, the largest limit
@@ -478,6 +493,8 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
         redis=_redis(ss.section("redis")),
         ttl=ss.duration("ttl", Sessions.ttl),
         cleanup_interval=ss.duration("cleanup_interval", Sessions.cleanup_interval),
+        timeout=ss.duration("timeout", Sessions.timeout),
+        retry_after=ss.duration("retry_after", Sessions.retry_after),
         session_headers=tuple(h.lower() for h in ss.strings("session_headers", Sessions().session_headers)),
     )
     ss.done()
@@ -488,11 +505,19 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
         include_prompts=ts.boolean("include_prompts", Telemetry.include_prompts),
     )
     ts.done()
+    ps = top.section("planning")
+    planning = Planning(workers=ps.integer("workers", Planning.workers, 1, 256),
+                        per_tenant=ps.integer("per_tenant", Planning.per_tenant, 1, 256),
+                        queue=ps.integer("queue", Planning.queue, 1, 100_000),
+                        wait=ps.duration("wait", Planning.wait),
+                        switch_interval=ps.duration("switch_interval", Planning.switch_interval))
+    ps.done()
     cfg = Config(
         tool_discovery=td,
         hosts=top.strings("hosts", DEFAULT_HOSTS),
         sessions=sessions,
         telemetry=telemetry,
+        planning=planning,
         websocket=top.string("websocket", "refuse", WEBSOCKET_MODES),
         max_body_bytes=top.integer("max_body_bytes", Config.max_body_bytes, lo=64 * 1024),
         warnings=tuple(warnings),

@@ -8,12 +8,14 @@ Every public entry point fails open (see ``Planner.prepare`` and ``LoopRunner``)
 
 from __future__ import annotations
 
-import asyncio
+import time
+from functools import partial
 from typing import TYPE_CHECKING, Any, Mapping
 
 from loguru import logger
 
 from .config import Config, Sessions
+from .executor import FairExecutor, Overloaded, set_switch_interval
 from .planner import FlowContext, Planner, Prepared
 from .providers.base import Adapter, RequestView
 from .providers.detect import detect
@@ -24,6 +26,7 @@ from .selector_client import SelectorClient
 from .sessions import SessionStore
 from .strategies import deferral, relevance
 from .telemetry import Record, TelemetrySink
+from .tenants import tenant_of
 
 if TYPE_CHECKING:
     from .redis_sessions import RedisSessionStore
@@ -35,7 +38,7 @@ def _session_store(cfg: Sessions) -> SessionStore | RedisSessionStore:
         from .redis_sessions import RedisSessionStore
 
         return RedisSessionStore(cfg.redis, cfg.ttl)
-    return SessionStore(cfg.directory(), cfg.ttl, cfg.cleanup_interval)
+    return SessionStore(cfg.directory(), cfg.ttl, cfg.cleanup_interval, cfg.timeout, cfg.retry_after)
 
 
 class Engine:
@@ -50,6 +53,10 @@ class Engine:
         self.selector = SelectorClient(td.api)
         self.searches = SearchService(td, self.searcher, self.selector)
         self.planner = Planner(config, self.store, self.telemetry, self.ranker, self.searches.warm, self._shadow)
+        p = config.planning
+        self.pool = FairExecutor(p.workers, p.per_tenant, p.queue, p.wait)
+        set_switch_interval(p.switch_interval)
+        self._overloaded_logged = 0.0
 
     def adapter_for(self, host: str, method: str, path: str) -> Adapter | None:
         td = self.config.tool_discovery
@@ -60,6 +67,23 @@ class Engine:
     def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
         """What to forward (blocking: call it from a worker thread)."""
         return self.planner.prepare(adapter, headers, body, query)
+
+    async def plan(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
+        """``prepare`` on the planning pool, its tenant's share of it (``executor``). The pool
+        over its bounds: the request goes unprocessed, as if tool discovery were off for it."""
+        tenant = tenant_of(headers, query) or ""
+        try:
+            return await self.pool.run(tenant, self.prepare, adapter, headers, body, query)
+        except Overloaded as e:
+            record = Record(provider=adapter.api, strategy=self.config.tool_discovery.strategy,
+                            fallback_reason="overloaded")
+            self.telemetry.submit(record)
+            now = time.monotonic()
+            if now - self._overloaded_logged > 10:  # one line per burst, not one per request
+                self._overloaded_logged = now
+                logger.warning("tool discovery skipped: planning is overloaded ({}); requests go through "
+                               "unprocessed until it catches up (see planning: in the config)", e)
+            return Prepared(record=record)
 
     def runner(self, ctx: FlowContext) -> LoopRunner:
         return LoopRunner(ctx, self.searches, self.store, self.telemetry, self.config.tool_discovery.max_phantom_loops)
@@ -78,8 +102,8 @@ class Engine:
                 shadow["pattern"] = query
             if td.api.rollout == "shadow":
                 keep = relevance.keep_count(len(view.tools), td)
-                # Ranking may embed every tool (hybrid): a worker thread, not the event loop.
-                selection = await asyncio.to_thread(relevance.select, view, td, keep, ranker=self.ranker)
+                # Ranking may embed every tool (hybrid): a planning worker, not the event loop.
+                selection = await self.pool.run("", partial(relevance.select, ranker=self.ranker), view, td, keep)
                 kept = [t.name for t in selection.kept]
                 hits = [n for n in sel.names if n in kept]
                 shadow |= {"relevance_kept": kept, "overlap": len(hits) / len(sel.names) if sel.names else None}
@@ -92,5 +116,6 @@ class Engine:
             self.telemetry.submit(record)
 
     def close(self) -> None:
+        self.pool.close()
         self.telemetry.close()
         self.store.close()

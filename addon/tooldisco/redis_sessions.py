@@ -13,7 +13,8 @@ rounds under ``rounds:``. What differs:
 - Redis expires keys itself: no cleanup pass.
 - Redis may be down or slow. Every call then fails open: reads are blank, writes are
   dropped, ``update`` runs ``change`` on a blank state and returns its result, so the
-  request goes through as if the session were new. Short timeouts bound the wait; a
+  request goes through as if the session were new. Short timeouts bound the wait (each
+  command's, and an update's optimistic retries together); a
   circuit breaker stops asking for ``retry_after`` seconds after a failure, then lets one
   call probe. One warning per outage says why, one line says when Redis is back.
 """
@@ -96,6 +97,7 @@ class RedisSessionStore:
             retry=Retry(NoBackoff(), 0), health_check_interval=30, **tls)
         self._prefix = settings.prefix
         self._ttl_ms = max(int(ttl * 1000), 1)
+        self._budget = settings.timeout  # optimistic retries of one update stop past it, like one slow command
         self._breaker = _Breaker(settings.where(), settings.retry_after)
 
     def get(self, key: str) -> SessionState:
@@ -116,7 +118,12 @@ class RedisSessionStore:
 
     def _update(self, skey: str, change: Callable[[SessionState], T]) -> T:
         result: Any = _NONE
+        deadline = time.monotonic() + self._budget
+        tries = 0
         for attempt in range(MAX_ATTEMPTS):
+            if attempt and time.monotonic() > deadline:
+                break
+            tries += 1
             with self._redis.pipeline() as pipe:
                 try:
                     pipe.watch(skey)
@@ -132,7 +139,7 @@ class RedisSessionStore:
                     return result
                 except redis.WatchError:
                     time.sleep(random.uniform(0, min(_BACKOFF_S[0] * 2 ** attempt, _BACKOFF_S[1])))
-        logger.warning("session store: an update lost the race {} times in a row; dropped", MAX_ATTEMPTS)
+        logger.warning("session store: an update lost the race {} times in a row; dropped", tries)
         return result
 
     def link(self, tenant: str, response_id: str, session: str, pending: list[str], head: str | None = None) -> None:

@@ -8,7 +8,7 @@ differs: a JSON answer is merged when the loop ends; a stream is stitched event 
 
 The network is injected (``Open``): the addon's upstream client in production, a stub in
 tests. Nothing here blocks the event loop: searches run in worker threads under a budget,
-session writes go through ``asyncio.to_thread``.
+session writes go through the store's own threads (``executor.run_store``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, cast
 from loguru import logger
 
 from . import jsonspan, rounds
+from .executor import run_store
 from .loop import Finish, PhantomLoop, Search, Send, has_content
 from .planner import FlowContext
 from .providers.base import CallThroughAdapter, StreamDecoder, ToolResult
@@ -178,7 +179,7 @@ class LoopRunner:
         ctx.record.fallback_reason = f"{ctx.record.deferral}_refused_400_classic_sent"
         ctx.record.deferral = "classic"
         if ctx.persist and ctx.model:
-            await asyncio.to_thread(self.store.update, ctx.session, partial(_go_classic, ctx.model))
+            await run_store(self.store.update, ctx.session, partial(_go_classic, ctx.model))
         self.ctx = ctx.classic()
         self.loop = PhantomLoop(self.ctx.adapter, self.ctx.phantom, self.ctx.forwarded, self.loop.max_loops)
         return await self._open(open_, self.ctx.body.encode("utf-8"))
@@ -224,7 +225,7 @@ class LoopRunner:
             if shown_message and finish.reason in ("done", "mixed"):
                 self._keep_rounds(sent, last, shown_message, hidden)
 
-        await asyncio.to_thread(write)
+        await run_store(write)
 
     def _keep_rounds(self, sent: str, last: dict[str, Any], shown: dict[str, Any], hidden: list[ToolResult]) -> None:
         """The real rounds of a turn that re-forwarded, hid calls (``hidden``: a mixed

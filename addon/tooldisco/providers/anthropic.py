@@ -6,7 +6,7 @@ import json
 from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
-from ..bytecache import MiB, memoize
+from ..bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from ..stitch.base import Failure, Stitcher
 from ..streams.common import as_list
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
@@ -102,7 +102,7 @@ def _beyond_definitions(text: str) -> str:
     return json.dumps({**rest, "message": data.get("message", "")}, ensure_ascii=False, separators=(",", ":"))
 
 
-@memoize(16 * MiB)
+@memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
 def parse_tool(raw: str) -> Tool:
     d = json.loads(raw)
     if not isinstance(d, dict) or not isinstance(d.get("name"), str):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from .. import jsonspan
-from ..bytecache import MiB, memoize
+from ..bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from ..stitch.base import Failure, Stitcher, error_kind
 from ..streams.bedrock import METRICS
 from ..streams.common import as_dict, as_list
@@ -47,7 +47,7 @@ def _is_spec(raw: str) -> bool:
     return isinstance(d, dict) and "toolSpec" in d
 
 
-@memoize(16 * MiB)
+@memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
 def parse_tool(raw: str) -> Tool:
     """One ``{toolSpec:{name, description, inputSchema:{json}}}`` entry."""
     d = json.loads(raw)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence
 
 from .. import jsonspan
-from ..bytecache import MiB, memoize
+from ..bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from ..stitch.base import Failure, Stitcher
 from ..streams.common import as_dict, as_list
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
@@ -165,7 +165,7 @@ def _by_modality(lists: Iterable[Any]) -> list[dict[str, Any]]:
     return [{"modality": m, "tokenCount": n} for m, n in counts.items()]
 
 
-@memoize(16 * MiB)
+@memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
 def parse_tool(raw: str) -> Tool:
     """One function declaration (``{name, description, parameters | parametersJsonSchema}``)."""
     d = json.loads(raw)

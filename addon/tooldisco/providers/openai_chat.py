@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence
 
 from .. import jsonspan
-from ..bytecache import MiB, memoize
+from ..bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from ..stitch.base import Failure, Stitcher
 from ..streams.common import as_dict, as_list
 from .base import RequestView, StreamDecoder, Tool, ToolCall, ToolResult, Unsupported
@@ -39,7 +39,7 @@ def _texts(content: Any) -> list[Any]:
     return []
 
 
-@memoize(16 * MiB)
+@memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
 def parse_tool(raw: str) -> Tool:
     d = json.loads(raw)
     if not isinstance(d, dict):

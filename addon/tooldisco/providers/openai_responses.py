@@ -14,7 +14,7 @@ import json
 from typing import Any, Collection, Iterable, Iterator, Sequence
 
 from .. import jsonspan
-from ..bytecache import MiB, memoize
+from ..bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from ..stitch.base import Failure, Stitcher
 from ..streams.common import as_list
 from .anthropic import deferred_text
@@ -148,7 +148,7 @@ def echoed_fields(body: str) -> dict[str, str]:
     return out
 
 
-@memoize(16 * MiB)
+@memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
 def parse_tool(raw: str) -> Tool:
     d = json.loads(raw)
     if not isinstance(d, dict):
