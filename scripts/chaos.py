@@ -222,8 +222,13 @@ class Upstream:
         stream = re.search(rb'"stream"\s*:\s*true', body) is not None
         faulty = a.reforward or b"#fault-now#" in body
         mode = self.mode
-        if mode == "loop":
-            return await self._reply(writer, stream, call="weather")
+        if mode == "loop":  # searches whenever it is offered the search tool, as a real model can only then
+            try:
+                offered = any(t.get("name") == SEARCH_TOOL for t in json.loads(body).get("tools") or [])
+            except ValueError:
+                offered = True
+            return await self._reply(writer, stream, call="weather") if offered else \
+                await self._reply(writer, stream, text="Here is what I found without searching.")
         if faulty and mode == "cut":
             payload = sse_answer(text="x" * 4000) if stream else json_answer(text="x" * 4000)
             await self._send_head(writer, stream, None if stream else len(payload))
