@@ -158,7 +158,7 @@ class ToolDiscovery:
         if engine.config.websocket == "refuse":
             log.info("refusing a WebSocket upgrade to %s%s: clients fall back to HTTP", host, flow.request.path)
             flow.response = http.Response.make(
-                426,  # Upgrade Required: Codex falls back to HTTP after one attempt (measured)
+                426,  # Upgrade Required (RFC 9110 §15.5.22): Codex then falls back to HTTP, no retry
                 b'{"error":{"type":"invalid_request_error","message":"WebSocket transport is not available '
                 b'through this proxy; use HTTP"}}',
                 {"content-type": "application/json"},
@@ -253,7 +253,7 @@ class ToolDiscovery:
 
         port = await self.relay.start()
         raw = flow.request.raw_content
-        token = self.relay.register(serve, None if raw is None else len(raw))  # no longer body is read
+        token = self.relay.register(serve, None if raw is None else len(raw))  # a longer body is refused unread
         flow.metadata[META_RELAY] = url
         if flow.server_conn.via is not None:  # upstream mode: the relay is reached directly, it uses the proxy
             flow.server_conn = connection.Server(address=("127.0.0.1", port))

@@ -6,7 +6,7 @@
 A scripted session (``--plan``) — ``on-call``: 22 user turns of an on-call day, 13 of them
 needing an MCP tool (11 different tools on seven servers, two of them used twice), plain answers
 between them and a topic change every few turns; ``release``: 20 turns of a release afternoon,
-6 of them tool turns on six servers (the shape of the session issue 11 measured) — over an MCP
+6 of them tool turns on six servers, with more talk between them — over an MCP
 catalog of ``--servers`` × 25 tools
 (``tests/support/mcp_catalog.py``; 500 tools, ~67K tokens at the default), for every API
 and every path:
@@ -258,7 +258,7 @@ PLAN: tuple[Turn, ...] = (
 )
 
 
-# The shape of the session the issue measured (20 turns, six of them tool turns): a release day
+# A session with few tool turns (20 turns, six of them tool turns): a release day
 # for a web app, with topic changes between the tool turns and more talk around them.
 WEB = {"owner": "acme", "repo": "storefront-web"}
 RELEASE: tuple[Turn, ...] = (
@@ -446,8 +446,8 @@ CLIENT_SEARCH = {"name": "tool_search", "description": "Search the deferred tool
 
 
 class PlainBM25:
-    """The 30-line BM25 a client ships with its own tool search (the issue's bar): words of the
-    name and description, k1 1.2, b 0.75, nothing else."""
+    """The 30-line BM25 a client ships with its own tool search (the bar the proxy's must
+    meet): words of the name and description, k1 1.2, b 0.75, nothing else."""
 
     def __init__(self, tools: list[Tool]) -> None:
         self.names = [t.name for t in tools]
@@ -684,7 +684,7 @@ AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
 # Clients that defer by themselves (the bar the proxy's native deferral is held to).
 NATIVE_AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
     "anthropic": NativeClaudeAgent, "responses": NativeResponsesAgent}
-# Clients that keep tools[] fixed by calling found tools through one function (a design's bar).
+# Clients that keep tools[] fixed by calling found tools through one function (call-through's bar).
 CALL_THROUGH_AGENTS: dict[str, Callable[[Route, str, list[Tool]], Agent]] = {
     "chat": CallThroughChatAgent, "gemini": CallThroughGeminiAgent}
 # The paths with a client of their own, and the APIs they have one for.

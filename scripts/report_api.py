@@ -3,8 +3,8 @@
 
     python scripts/report_api.py [tool_discovery.jsonl] [--since 2026-05-01T09:00 | 1777626000]
 
-Why: seed 001 asks to track selector success rate, empty/invalid selection rate,
-average tools reinjected and added latency p50/p95/p99 before widening a rollout;
+Why: a rollout is widened only when the selector proves itself: its success rate,
+empty/invalid selection rate, average tools reinjected and added latency p50/p95/p99;
 this turns the proxy's per-request records into those numbers. It reads records of
 strategy ``api`` and, inside them, the searches the selector answered (backend
 ``api``). Fallback reasons are counted as found, so a reason added to the proxy shows
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 API = "api"
-SELECTOR_P95_TARGET_MS = 150.0  # seed 001: backend selector p95 <= 150 ms
+SELECTOR_P95_TARGET_MS = 150.0  # the selector's budget: every search waits for it before the re-forward
 PERCENTILES = (50, 95, 99)
 
 
@@ -40,7 +40,7 @@ class Loaded:
 
 @dataclass
 class Summary:
-    """The seed 001 metrics over the api-strategy records of one log."""
+    """The rollout metrics over the api-strategy records of one log."""
 
     records: int = 0
     searches: int = 0  # searches with backend "api"
@@ -250,7 +250,7 @@ def render(s: Summary, loaded: Loaded, source: str) -> str:
     p95 = percentiles(s.api_ms).get(95)
     if p95 is not None:
         verdict = "met" if p95 <= SELECTOR_P95_TARGET_MS else "missed"
-        out += ["", f"Selector p95 target of {SELECTOR_P95_TARGET_MS:.0f} ms (seed 001): {verdict}."]
+        out += ["", f"Selector p95 target of {SELECTOR_P95_TARGET_MS:.0f} ms: {verdict}."]
     out.append("")
 
     if s.rollouts or s.shadow_records:

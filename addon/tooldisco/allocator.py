@@ -3,24 +3,25 @@
 Why: glibc raises its mmap threshold each time a large mmapped block is freed (up to
 32 MiB), so after the first 30 MB request body every later one is carved out of a heap
 arena instead, and each worker thread has an arena of its own. Those arenas keep the
-pages: measured, a few 30 MB bodies parsed in worker threads left 280-330 MiB resident
-that no object held. A fixed threshold turns the adjustment off: blocks of 1 MiB and more
-are mapped and unmapped on their own, so what a huge body took is given back when the
-flow is done. Process-wide, so mitmproxy's own large buffers benefit too.
+pages: a few 30 MB bodies parsed in worker threads leave several times that resident that
+no object holds (``scripts/bench_memory.py`` shows it). A fixed threshold turns the
+adjustment off: blocks of 1 MiB and more are mapped and unmapped on their own, so what a
+huge body took is given back when the flow is done. Process-wide, so mitmproxy's own large buffers benefit too.
 
 Smaller blocks stay in the heaps, and glibc gives a heap's free pages back only from its
 top: a few live objects above a freed region (a cache entry made while a request was
-parsed) keep the region resident. Measured with ``scripts/bench_memory.py``, that held
-26-48 MiB after 2,000 requests and 98 MiB after one 30 MB catalog was indexed, none of it
-live. ``trim_periodically`` returns those pages every few seconds (``malloc_trim``, which
-releases the GIL and takes each arena's lock only while it walks it).
+parsed) keep the region resident, none of it live (``scripts/bench_memory.py`` shows it
+after many requests and after a huge catalog is indexed). ``trim_periodically`` returns
+those pages every few seconds (``malloc_trim``, which releases the GIL and takes each
+arena's lock only while it walks it).
 
 Cycles: mitmproxy's own layers leave reference cycles around a flow's body (exceptions
 caught while its messages are type-checked keep their frames), which only a full collection
 frees. The addon's caches hold many long-lived objects, and Python runs a full collection
-only when those grow by a quarter, so 30 MB bodies stayed resident request after request
-(135 MiB after four of them, measured with ``scripts/memtrace.py``'s ``/cycles``). After a
-flow with a large body ends, ``collect_soon`` has the trimmer run one first (a few ms, once).
+only when those grow by a quarter, so large bodies would stay resident request after
+request (``scripts/memtrace.py``'s ``/cycles`` shows them). After a flow with a large body
+ends, ``collect_soon`` has the trimmer's next rounds run one first (``COLLECT_ROUNDS``),
+not every round: a full collection is not free.
 """
 
 from __future__ import annotations

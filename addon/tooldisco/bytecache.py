@@ -19,9 +19,9 @@ import cachetools
 
 MiB = 1 << 20
 # What holding one entry costs beyond its key and value: the slots of cachetools' data, size
-# and order maps, the stored (value, size) pair and its size (224 bytes measured with
-# tracemalloc on CPython 3.13, rounded up). Not charging it let a cache of short words hold
-# more in bookkeeping than its whole budget.
+# and order maps, the stored (value, size) pair and its size (tracemalloc's figure on CPython,
+# rounded up). Uncharged, a cache of short words would hold more in bookkeeping than its
+# whole budget.
 ENTRY_OVERHEAD = 256
 
 # Caches of parsed tool definitions, once full, keep one new definition in this many (see ``ByteLRU``).

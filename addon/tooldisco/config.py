@@ -2,7 +2,8 @@
 
 Why: a bad value must stop the proxy at start with a message naming the key,
 not surface as a strange rewrite in the middle of a user's session. The
-``pipes.tool_discovery`` block follows seed 000 §3 field for field; the rest
+``pipes.tool_discovery`` block takes a gateway config's tool-discovery fields as they are
+(strategy, api, min_tools … max_search_results), so such a file loads unchanged; the rest
 (hosts, sessions, telemetry, search, deferral thresholds) is ours.
 """
 
@@ -49,7 +50,7 @@ class ApiConfig:
     endpoint: str | None = None
     api_key: str | None = field(default=None, repr=False)
     timeout: float = 2.0
-    max_request_bytes: int = 4_000_000  # seed 001: enforce request size caps
+    max_request_bytes: int = 4_000_000  # bounds what one search sends to the selector
     max_response_bytes: int = 1_000_000
     send_definitions: bool = True  # false: only name and description leave the proxy
     rollout: str = "full"
@@ -58,17 +59,17 @@ class ApiConfig:
 
 @dataclass(frozen=True)
 class DeferConfig:
-    """Seed 001 flow: relevance-ranked tools upfront beside the search tool."""
+    """How tools are deferred: optionally the most relevant kept loaded beside the search tool."""
 
     upfront: int = 0  # how many top-ranked tools stay loaded; 0 defers everything
     # Native deferral keeps them loaded too only when this is set: a native search loads a tool
     # inline without breaking the cache, while a loaded tool is read with every request
-    # (README: bench_session, bench_agents: 0.27 → 0.25 and 0.30 → 0.19 × direct without).
+    # (scripts/bench_session.py and scripts/bench_agents.py show the cost).
     native_upfront: bool = False
     # APIs (``Adapter.api``) whose classic deferral calls found tools through one fixed
     # ``call_tool_name`` function instead of appending them to ``tools[]`` (which comes first
     # in the prompt: each append re-bills the whole conversation); ``[]`` turns it off.
-    # README: bench_session, Chat 0.49 → 0.24 and Gemini 0.36 → 0.24 × direct.
+    # scripts/bench_session.py shows the saving.
     call_through: tuple[str, ...] = ("openai_chat", "gemini")
     min_tools: int = 0  # defer nothing while fewer deferrable tools than this…
     min_tokens: int = 0  # …and fewer estimated definition tokens than this
@@ -366,7 +367,7 @@ def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
     d = ToolDiscovery()
     strategy = s.string("strategy", d.strategy)
     if strategy not in STRATEGIES:
-        warn(f"{s.path('strategy')}: unknown strategy {strategy!r}; using passthrough (seed 000 §11)")
+        warn(f"{s.path('strategy')}: unknown strategy {strategy!r}; using passthrough (requests go unchanged)")
         strategy = "passthrough"
     min_tools = s.integer("min_tools", d.min_tools, lo=0)
     max_tools = s.integer("max_tools", d.max_tools, lo=1)

@@ -2,7 +2,7 @@
 
 Why not ``asyncio.to_thread``: its default pool is one first-come queue shared by the
 whole proxy, so one tenant's burst of heavy requests (tens of thousands of tools each)
-made every other tenant's small request wait behind it. Here:
+would make every other tenant's small request wait behind it. Here:
 
 - a tenant occupies at most ``per_tenant`` of the ``workers`` threads, and a free worker
   takes the oldest waiting job of the tenant running the fewest, among equals the one
@@ -18,7 +18,7 @@ bounded by the store's timeout, and none waits behind planning or search work.
 Why ``switch_interval``: planning is Python holding the GIL, and mitmproxy's one event loop
 serves every flow; each time the loop wakes (a socket ready, a TLS record) it waits for the
 GIL up to the interpreter's switch interval (5 ms by default), so a small request's dozens
-of loop steps queued behind each busy planning thread. A shorter interval hands the GIL back
+of loop steps queue behind each busy planning thread. A shorter interval hands the GIL back
 sooner (``sys.setswitchinterval``: process-wide, it is the proxy's process).
 """
 

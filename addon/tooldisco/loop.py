@@ -1,10 +1,11 @@
-"""The phantom search loop, sans-IO (seed 000 §5).
+"""The phantom search loop, sans-IO: the proxy's own search tool, answered and hidden by the proxy.
 
 Why sans-IO: the loop decides, the caller does the I/O. ``PhantomLoop`` is given each
 upstream message and answers with ``Search(calls)`` (resolve these: locally, or with a
 selector service over HTTP), then ``Send(body)`` (re-forward this) or ``Finish`` (what the
-client sees). Each ``Send`` also carries the round's client-visible part, so a buffered
-consumer (today) and a live streaming one (later) drive the same loop.
+client sees). Each ``Send`` also carries the round's client-visible part, so the buffered
+consumer (``LoopRunner.buffered``) and the live streaming one (``LoopRunner.live``) drive the
+same loop.
 
 Rules it obeys:
 - a response with phantom calls only: answer them, inject the found tools, re-forward;

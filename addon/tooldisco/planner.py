@@ -315,9 +315,9 @@ class Planner:
         return lambda: self._warm(tools)
 
     def _rollout(self, view: RequestView, plan: deferral.DeferralPlan, key: str, record: Record) -> Prepared | None:
-        """Seed 001 rollout. ``None``: this request gets the api strategy in full. Otherwise the
-        request goes upstream unchanged; dark and shadow ask the selector in the background
-        and log what it would have loaded."""
+        """The api strategy's staged rollout (``api.rollout``). ``None``: this request gets the
+        api strategy in full. Otherwise the request goes upstream unchanged; dark and shadow
+        ask the selector in the background and log what it would have loaded."""
         api = self.config.tool_discovery.api
         record.rollout = api.rollout
         if api.rollout == "full":

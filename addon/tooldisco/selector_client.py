@@ -1,10 +1,10 @@
-"""Client of the selector service contract (seed 001): the ``api`` strategy's search.
+"""Client of the selector service contract (README: api): the ``api`` strategy's search.
 
 ``POST {endpoint}`` with ``{pattern, top_k, always_keep, tools: [{name, description,
 definition?}]}`` answers ``{selected_names}``. Every way that can go wrong (no endpoint,
 timeout, HTTP error, oversized request or answer, malformed JSON, an empty or unknown
 selection) comes back as a ``Selection`` with a ``fallback`` reason: the caller then
-restores all deferred tools for the model (fail-open, seed 000 §4.4), never an exception.
+restores all deferred tools for the model (fail-open), never an exception.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class SelectorClient:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     def _body(self, pattern: str, top_k: int, always_keep: Sequence[str], tools: Sequence[Tool]) -> bytes:
-        """Seed 001: send only what is needed; definitions left out when asked or when too large."""
+        """Only what the selector needs leaves the proxy: definitions left out when asked or when too large."""
         cfg = self.config
         body = self.payload(pattern, top_k, always_keep, tools, cfg.send_definitions)
         if len(body) > cfg.max_request_bytes and cfg.send_definitions:
@@ -124,8 +124,8 @@ class _TooLarge(Exception):
 
 
 def validate(content: bytes, known: set[str], top_k: int, status: int = 200, ms: float = 0.0) -> Selection:
-    """Seed 001: only names from the deferred set, rank order kept, capped; empty or
-    all-unknown is not meaningful."""
+    """Only names from the deferred set, rank order kept, capped (the model gets only tools the
+    client sent, at most ``top_k``); empty or all-unknown is not meaningful."""
     try:
         data = json.loads(content)
     except ValueError:

@@ -1,4 +1,4 @@
-"""A reference tool selector: the backend that the ``api`` strategy calls (seed 001).
+"""A reference tool selector: the backend that the ``api`` strategy calls.
 
 Why: the ``api`` strategy moves ranking out of the proxy, so the proxy needs something
 to call. This service implements the contract with the project's own search (hybrid by
@@ -75,7 +75,7 @@ _ROUTES: dict[str, tuple[str, ...]] = {SEARCH_PATH: ("POST",), HEALTH_PATH: ("GE
 
 @dataclass(frozen=True)
 class Limits:
-    """Request size caps (seed 001: "enforce request size caps")."""
+    """Request size caps: a caller cannot make the service parse or rank without bound."""
 
     max_body_bytes: int = 8_000_000  # above the proxy's default api.max_request_bytes (4 MB)
     max_tools: int = 10_000

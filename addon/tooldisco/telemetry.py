@@ -25,7 +25,7 @@ def estimate_tokens(text: str) -> int:
 
 @dataclass
 class SearchRecord:
-    """One answered phantom search (seed 001 observability: per search)."""
+    """One answered phantom search: what was asked, what was loaded, by which backend, how fast."""
 
     query: str | None
     matched: list[str]  # tools injected for the model

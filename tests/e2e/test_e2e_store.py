@@ -125,7 +125,7 @@ def test_a_directory_no_one_may_write_stops_nothing_and_the_store_comes_back(mit
 def test_another_process_holding_the_write_lock_costs_a_request_its_timeout_only(mitm_factory: Any,
                                                                                  fake: FakeProvider) -> None:
     """diskcache alone waits 60 s for the lock (and its setup retries another 60): every
-    request of every tenant was held. With ``sessions.timeout`` the request goes on without
+    request of every tenant would be held. With ``sessions.timeout`` the request goes on without
     state past it, and later ones skip the store until ``retry_after``."""
     proxy = mitm_factory(config=config())
     post(proxy, body(f"hello [{uuid.uuid4().hex[:8]}]"))  # the store exists
@@ -135,7 +135,7 @@ def test_another_process_holding_the_write_lock_costs_a_request_its_timeout_only
         took = [post(proxy, body(f"weather in Paris [{uuid.uuid4().hex[:8]}]", tools=TOOLS),
                      key=f"sk-ant-{i}", timeout=60) for i in range(3)]
         assert SEARCH_TOOL in forwarded_names(fake)
-        assert max(took) < 10, took  # 300 ms and a generous margin for a loaded machine; 60 s without the fix
+        assert max(took) < 10, took  # 300 ms and a generous margin for a loaded machine; diskcache alone waits 60 s
     finally:
         other.execute("ROLLBACK")
         other.close()

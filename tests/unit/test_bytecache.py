@@ -1,7 +1,8 @@
 """Caches bounded by bytes: the shared helper, and the caches built on it.
 
-The probe found 50,000 cached user messages holding 468 MiB and request bodies of 30 MB
-kept as cache keys; every bound below is in bytes and measured with tracemalloc.
+Why bytes: a cache bounded by entry count holds whatever its entries weigh (many large user
+messages, 30 MB request bodies kept as cache keys); every bound below is in bytes and
+measured with tracemalloc.
 """
 
 from __future__ import annotations
@@ -242,8 +243,8 @@ def test_index_cache_is_bounded_by_bytes() -> None:
 
 
 def test_index_cache_keeps_no_large_catalog_alive_once_built() -> None:
-    """One search consults several index caches with one tuple, hashed once; a catalog of
-    60 tools of 500 KB was kept alive after its flow by that memo alone."""
+    """One search consults several index caches with one tuple, hashed once; that memo must
+    not keep a large catalog alive after its flow."""
     cache: IndexCache[int] = IndexCache(len)
     catalog = tuple(Tool(f"big_{i}", f'{{"name": "big_{i}"}}', "log line " * 60_000) for i in range(3))
     watch = weakref.ref(catalog[0])

@@ -363,8 +363,8 @@ def test_stitchers_take_any_rounds_and_hide_the_phantom(name: str, data: st.Data
 
 @pytest.mark.parametrize("kind", ["[]", "{}", "1", "true"])
 def test_a_responses_item_type_of_any_json_type_is_read(kind: str) -> None:
-    """An input item's ``type`` was tested with ``in _CALLS``: a list or an object there raised
-    TypeError (unhashable). An item of no type we know is skipped, the walk goes on."""
+    """An input item's ``type`` may be any JSON value, a list or an object (unhashable, so no
+    set lookup) included: an item of no type we know is skipped, the walk goes on."""
     view = ADAPTERS["openai_responses"].parse('{"input": [{"type": %s}, {"role": "user", "content": "hi"}]}' % kind)
     assert view.query == "hi"
 
@@ -377,24 +377,24 @@ def test_a_responses_item_type_of_any_json_type_is_read(kind: str) -> None:
     ("openai_chat", '{"messages": [], "tool_choice": {"type": "allowed_tools", "allowed_tools": {"tools": 1}}}'),
 ], ids=["gemini-parts", "gemini-allowed-names", "converse-content", "chat-tool-calls", "chat-allowed-tools"])
 def test_a_list_that_is_another_json_type_is_skipped(api: str, body: str) -> None:
-    """Adapters iterated ``value or []``: a number or ``true`` where a list belongs raised
-    TypeError. It holds nothing to read."""
+    """A number or ``true`` where a list belongs holds nothing to read: it is skipped, never
+    iterated (a TypeError)."""
     view = ADAPTERS[api].parse(body)
     assert (view.query, view.used, view.forced) == ("", frozenset(), frozenset())
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_nesting_past_the_parsers_limit_is_unsupported(api: str) -> None:
-    """``load_object`` caught ValueError only: json.loads' RecursionError on a deeply nested
-    body (40 KB is enough) escaped ``parse`` instead of becoming Unsupported."""
+    """A body nested past json.loads' recursion limit (40 KB is enough) is Unsupported: its
+    RecursionError, not only ValueError, is caught in ``load_object``."""
     depth = 20_000
     with pytest.raises(Unsupported):
         ADAPTERS[api].parse('{"x": ' + "[" * depth + "]" * depth + "}")
 
 
 def test_a_session_id_nested_past_the_parsers_limit_is_no_hint() -> None:
-    """``metadata.user_id`` is JSON inside a string (Claude Code's session id): the same
-    RecursionError escaped ``parse`` from there."""
+    """``metadata.user_id`` is JSON inside a string (Claude Code's session id): nested past
+    the limit, it is no hint, and the RecursionError does not escape ``parse``."""
     depth = 20_000
     body = json.dumps({"messages": [], "metadata": {"user_id": "[" * depth + "]" * depth}})
     assert ADAPTERS["anthropic"].parse(body).session_hint is None
@@ -441,11 +441,10 @@ DEEP_EVENTS: dict[str, tuple[Decoder, Callable[[bytes], bytes]]] = {
 @pytest.mark.parametrize("make, event", DEEP_EVENTS.values(), ids=list(DEEP_EVENTS))
 def test_an_event_nested_too_deep_is_text(make: Decoder, event: Callable[[bytes], bytes], depth: int,
                                           kind: type) -> None:
-    """The decoders' JSON loads caught ValueError only, as ``load_object`` did: an event nested
-    past the parser's limit raised RecursionError. One the parser reads but nested deeper than
-    the assemblers' recursive copies go (``fuzz.MAX_DEPTH``: Hypothesis raises the recursion
-    limit while it runs, so the properties never saw it) raised it in copy.deepcopy. Past
-    ``streams.common.MAX_DEPTH`` an event is not JSON to the decoders: it comes out as its text."""
+    """An event nested past the parser's limit, or deeper than the assemblers' recursive copies
+    go (``fuzz.MAX_DEPTH``: Hypothesis raises the recursion limit while it runs, so the
+    properties cannot see it), must raise no RecursionError. Past ``streams.common.MAX_DEPTH``
+    an event is not JSON to the decoders: it comes out as its text."""
     decoder = make()
     events = decoder.feed(event(b"[" * depth + b"]" * depth)) + decoder.feed(b"")
     assert [type(e.data) for e in events] == [kind]
@@ -465,9 +464,8 @@ def test_an_event_nested_too_deep_is_text(make: Decoder, event: Callable[[bytes]
 ], ids=["anthropic-content", "chat-choices", "chat-tool-calls", "chat-choice", "responses-output", "gemini-candidates",
         "gemini-content", "converse-output", "converse-message", "invoke-usage"])
 def test_an_answer_list_that_is_another_json_type_is_skipped(api: str, message: dict[str, Any]) -> None:
-    """``calls``, ``strip`` and ``merge`` iterated ``value or []`` and indexed into what they
-    found, as the request side did: an upstream answer with ``true`` or a number there raised
-    TypeError. It holds no calls, and merges into an answer without any."""
+    """An upstream answer with ``true`` or a number where ``calls``, ``strip`` and ``merge``
+    expect a list holds no calls, and merges into an answer without any (no TypeError)."""
     adapter = ADAPTERS[api]
     merged = adapter.merge([adapter.strip(message, [PHANTOM])] * 2)
     assert adapter.calls(message) == adapter.calls(merged) == []
@@ -481,15 +479,15 @@ def test_an_answer_list_that_is_another_json_type_is_skipped(api: str, message: 
     ("bedrock_converse", {"output": {"message": {"content": [{"toolUse": {"name": ["x"]}}]}}}),
 ], ids=["anthropic", "openai_chat", "gemini", "bedrock_converse"])
 def test_a_called_name_of_any_json_type_is_kept(api: str, message: dict[str, Any]) -> None:
-    """``strip`` tested a call's name with ``in`` a set of names: a list there raised TypeError
-    (unhashable). A name that is not a string names no phantom call: the call stays."""
+    """A call's name that is not a string (a list is unhashable: no set lookup) names no
+    phantom call: ``strip`` keeps the call."""
     adapter = ADAPTERS[api]
     assert adapter.calls(adapter.strip(message, [PHANTOM])) == adapter.calls(message) != []
 
 
 def test_gemini_token_details_of_a_modality_of_any_json_type() -> None:
-    """``GeminiAdapter.merge`` summed ``*TokensDetails`` in a dict keyed by modality: a list
-    there raised TypeError (unhashable). Only details of a modality the API names add up."""
+    """``GeminiAdapter.merge`` sums ``*TokensDetails`` in a dict keyed by modality: a modality
+    that is a list (unhashable) is skipped; only details of a modality the API names add up."""
     usage = {"promptTokensDetails": [{"modality": ["TEXT"], "tokenCount": 1}, {"modality": "TEXT", "tokenCount": 2}]}
     merged = ADAPTERS["gemini"].merge([{"usageMetadata": usage}, {"usageMetadata": usage}])
     assert merged["usageMetadata"]["promptTokensDetails"] == [{"modality": "TEXT", "tokenCount": 4}]
@@ -503,8 +501,8 @@ def test_gemini_token_details_of_a_modality_of_any_json_type() -> None:
 ], ids=["chat-choice-index", "responses-output-index"])
 def test_a_stitched_index_that_is_not_a_number_passes(api: str, event: bytes) -> None:
     """The Chat and Responses stitchers look a choice's ``index`` / an item event's
-    ``output_index`` up in sets and dicts: a list there raised TypeError (unhashable). The
-    event names nothing they renumber or hide: it goes to the client as it came."""
+    ``output_index`` up in sets and dicts: one that is a list (unhashable) names nothing they
+    renumber or hide, so the event goes to the client as it came."""
     assert ADAPTERS[api].stitcher(PHANTOM, '{"model": "m"}').feed(event) == event
 
 
@@ -513,14 +511,14 @@ def test_a_stitched_index_that_is_not_a_number_passes(api: str, event: bytes) ->
     (gemini.GeminiStreamDecoder, b'data: {"candidates": [{"content": {"parts": 1}}]}\n\n'),
 ], ids=["chat-choices", "gemini-parts"])
 def test_a_streamed_list_that_is_another_json_type_is_skipped(make: Decoder, chunk: bytes) -> None:
-    """The assemblers iterated ``value or []`` too: ``choices: true`` in a chat chunk or
-    ``parts: 1`` in a Gemini candidate raised TypeError."""
+    """The assemblers skip what is no list where a list belongs (``choices: true`` in a chat
+    chunk, ``parts: 1`` in a Gemini candidate) rather than iterate it (a TypeError)."""
     assert isinstance(_decode(make(), chunk), dict)
 
 
 def test_a_chat_tool_call_index_that_is_not_a_number() -> None:
-    """``streams.openai_chat._finish_choice`` sorted tool calls by their ``index``: a non-number
-    index from the upstream raised TypeError in sort. It sorts as 0, the order kept."""
+    """``streams.openai_chat._finish_choice`` sorts tool calls by their ``index``: a non-number
+    index from the upstream sorts as 0 (no TypeError), the order kept."""
     calls = [{"index": 0, "id": "a", "function": {"name": "f", "arguments": ""}},
              {"index": [1], "id": "b", "function": {"name": "g", "arguments": ""}}]
     chunk = {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": calls}}]}
@@ -530,8 +528,8 @@ def test_a_chat_tool_call_index_that_is_not_a_number() -> None:
 
 
 def test_a_gemini_candidate_content_changing_type() -> None:
-    """``GeminiAssembler._candidate`` kept a non-object ``content`` as it came, then a later
-    chunk's object content called .get on it: AttributeError. The object starts afresh."""
+    """A non-object ``content`` followed by a chunk whose content is an object: the object
+    starts afresh (``GeminiAssembler._candidate`` calls no .get on the non-object)."""
     message = _decode(gemini.GeminiStreamDecoder(), b'data: {"candidates": [{"content": []}]}\n\n',
                       b'data: {"candidates": [{"content": {"parts": [{"text": "a"}]}}]}\n\n')
     assert message["candidates"] == [{"content": {"parts": [{"text": "a"}]}}]
@@ -548,9 +546,9 @@ def test_a_gemini_candidate_content_changing_type() -> None:
 ], ids=["reasoning", "reasoning-text", "tool-result", "citations"])
 def test_a_converse_block_member_changing_type(start: dict[str, Any], delta: dict[str, Any],
                                                block: dict[str, Any]) -> None:
-    """``ConverseStreamAssembler._delta`` assumed a block member keeps the type it streams
-    with: a contentBlockStart giving reasoningContent (or toolResult) as a list made the next
-    delta call setdefault on it: AttributeError. The member starts afresh."""
+    """A contentBlockStart giving reasoningContent (or toolResult) as a list, not the type its
+    deltas stream into: ``ConverseStreamAssembler._delta`` starts the member afresh (no
+    AttributeError)."""
     message = _decode(bedrock.ConverseStreamDecoder(), _frame("messageStart", b'{"role": "assistant"}'),
                       _frame("contentBlockStart", json.dumps({"contentBlockIndex": 0, "start": start}).encode()),
                       _frame("contentBlockDelta", json.dumps({"contentBlockIndex": 0, "delta": delta}).encode()))
@@ -562,9 +560,9 @@ def test_a_converse_block_member_changing_type(start: dict[str, Any], delta: dic
     {"type": "message_delta", "delta": {}, "content": 1},
 ], ids=["in-delta", "beside-delta"])
 def test_an_anthropic_message_delta_never_replaces_the_content(message_delta: dict[str, Any]) -> None:
-    """``AnthropicAssembler._message_delta`` copied every member of a message_delta onto the
-    message: a ``content`` (or ``usage``) of another type there made the next block event
-    fail (TypeError). The fuzz only replaces members, never adds them, so it could not see it."""
+    """A message_delta carrying a ``content`` (or ``usage``) of another type must not break the
+    next block event (``AnthropicAssembler._message_delta``). The fuzz only replaces members,
+    never adds them, so it cannot see this."""
     start = {"type": "message_start", "message": {"id": "m", "content": [], "usage": {}}}
     block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "a"}}
     stream = b"".join(anthropic.encode_event_object(e) for e in (start, message_delta, block))
@@ -572,9 +570,9 @@ def test_an_anthropic_message_delta_never_replaces_the_content(message_delta: di
 
 
 def test_a_lone_surrogate_the_upstream_escaped_is_re_encoded() -> None:
-    """Every stream encoder wrote JSON with ensure_ascii=False, then UTF-8: a lone surrogate,
-    which an upstream may send escaped (\\ud800) and the decoders faithfully keep, could not be
-    re-encoded (UnicodeEncodeError), so a merged or stitched answer carrying one failed."""
+    """A lone surrogate, which an upstream may send escaped (\\ud800) and the decoders
+    faithfully keep, has no UTF-8 form: the stream encoders write it escaped again, so a merged
+    or stitched answer carrying one is encoded (no UnicodeEncodeError)."""
     message = {"id": "m", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn",
                "content": [{"type": "text", "text": "x"}], "usage": {"input_tokens": 1, "output_tokens": 1}}
     stream = anthropic.encode(message).replace(b'"text":"x"', b'"text":"\\ud800 \xc3\xa9"')
@@ -586,9 +584,8 @@ def test_a_lone_surrogate_the_upstream_escaped_is_re_encoded() -> None:
 
 
 def test_a_body_that_is_not_utf8_is_unsupported(engines: dict[str, Engine], swallowed: list[BaseException]) -> None:
-    """``Planner.prepare`` decoded the body inside its catch-all: a body that is not UTF-8 was
-    logged as an internal failure with a traceback (fallback ``error: UnicodeDecodeError``)
-    instead of being Unsupported like any other body we cannot read."""
+    """A body that is not UTF-8 (JSON text is UTF-8, RFC 8259 §8.1) is Unsupported like any
+    other body we cannot read, not an internal failure logged with a traceback."""
     swallowed.clear()
     body = b'{"messages": [], "x": "\xff"}'
     prepared = engines["tool-search"].prepare(ADAPTERS["anthropic"], {"x-api-key": "k"}, body)

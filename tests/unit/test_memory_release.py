@@ -1,4 +1,4 @@
-"""What a flow used is given back when it ends: the bench (scripts/bench_memory.py) found what was not.
+"""What a flow used is given back when it ends (scripts/bench_memory.py measures it over many flows).
 
 The relay case keeps a weak reference (or the only expected reference) to what a flow owned
 and checks it is gone once the flow ended, while the connection that held it is still open;

@@ -119,7 +119,7 @@ def test_phantom_description_names_groups():
 
 @pytest.mark.parametrize("scorer", ["bm25", "hybrid"])
 def test_relevance_can_rank_with_a_search_backend(tmp_path, scorer):
-    """Issue 6.4: ``scorer`` swaps the seed's word overlap for BM25 or hybrid ranking."""
+    """``scorer`` swaps the default word overlap for BM25 or hybrid ranking."""
     import json
 
     from tooldisco.engine import Engine

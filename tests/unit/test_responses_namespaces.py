@@ -58,7 +58,7 @@ def test_each_namespaced_function_is_a_tool_of_its_own():
     assert ticket.pinned is None and ticket.description == "Create ticket in linear." and ticket.params
     # Its definition: its namespace around that one function, everything else of it as the client sent it.
     assert json.loads(ticket.raw) == {**LINEAR, "tools": [LINEAR["tools"][0]]}
-    assert R.parse_tool(ticket.raw) == ticket  # stored and read back by later turns
+    assert R.parse_tool(ticket.raw) == ticket  # its definition alone parses back to the same tool
 
 
 def test_forwarded_namespaces_hold_the_kept_functions_and_vanish_when_none_is_kept():

@@ -1,9 +1,9 @@
-"""Model queries are untrusted: the probe's hostile patterns, memory, and the search budget.
+"""Model queries are untrusted: hostile patterns, memory, and the search budget.
 
-The probe of the running proxy found that ``a{20000000}`` stalled every flow and left
-5.2 GB resident, ``a{4294967294}`` grew past 8 GB while compiling, six distinct
-``a{1000000+i}`` left 1 GB in the regex module's pattern cache, and 600 distinct 300 KB
-user messages left 468 MiB in relevance's word cache. Memory is measured with
+Unguarded, a huge repeat count (``a{20000000}``, ``a{4294967294}``) stalls every flow and
+takes gigabytes while compiling, a few distinct ones (``a{1000000+i}``) stay in the regex
+module's pattern cache, and many distinct large user messages fill relevance's word
+cache. Memory is measured with
 tracemalloc (the ``regex`` module allocates through Python's allocator, so its compiled
 code is traced too); nothing here asserts on elapsed time.
 """
@@ -90,7 +90,7 @@ def assert_readable_refusal(outcome: Any) -> None:
     assert error.startswith("The pattern is too expensive: ") and "use keywords" in error
 
 
-# --- the probe's patterns ---------------------------------------------------------------
+# --- hostile patterns ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

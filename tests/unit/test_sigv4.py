@@ -91,7 +91,8 @@ def test_a_valid_client_signature_may_be_resigned():
 
 
 def test_forged_signature_probe_is_refused():
-    """The review's probe: the proxy's key id, a made-up signature, a 2020 date."""
+    """A forgery: the proxy's key id, a made-up signature, a 2020 date. Refused on the stale
+    date, and dated now, on the signature; no secret in either reason."""
     forged = [
         ("Host", "bedrock-runtime.us-west-2.amazonaws.com"),
         ("Content-Type", "application/json"),

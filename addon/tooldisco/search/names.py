@@ -174,7 +174,8 @@ class NameIndex:
 
     def suggest(self, query: str, n: int = SUGGESTIONS) -> list[str]:
         """The ``n`` names nearest to ``query`` (edit distance, case aside), for a search
-        that found nothing: about a millisecond at 10k tools (WRatio took 50-300 ms)."""
+        that found nothing. Plain ``ratio``, not ``WRatio``: WRatio's several comparisons per
+        name cost far more over a large catalog."""
         found = process.extract(query[:SUGGEST_CHARS].lower(), self.lowered, scorer=fuzz.ratio, limit=n)
         return [self.names[i] for _name, _score, i in found]
 

@@ -37,7 +37,8 @@ MAX_REPEAT = 1000
 MAX_EXPANDED = 2000
 MAX_GROUP_DEPTH = 10
 MAX_NESTED_QUANTIFIERS = 2
-# Measured with tracemalloc: `\R{1000}` keeps 778 KiB for 2,000 expanded characters.
+# Above what the dearest item (``\R``) keeps per expanded character under tracemalloc:
+# tests/unit/test_search_hardening.py checks the estimate bounds what compiling holds.
 BYTES_PER_EXPANDED_CHAR = 512
 COMPILED_BASE_BYTES = 8 * 1024
 CACHE_BYTES = 4 * MiB

@@ -1,9 +1,10 @@
 """Regex search over tool text, bounded in memory and time, falling back to fuzzy keywords.
 
-Why: models are used to grep-like tool search (seed 004: ``weather``, ``file|folder``,
-``get_.*``), but the pattern is untrusted model output. ``patterns`` bounds what it may
-cost before it is compiled (repeat counts, size written out, nesting); it then runs
-case-insensitively on the ``regex`` module with one time budget for the whole catalog.
+Why: models are used to grep-like tool search (as in Anthropic's regex tool search:
+``weather``, ``file|folder``, ``get_.*``), but the pattern is untrusted model output.
+``patterns`` bounds what it may cost before it is compiled (repeat counts, size written
+out, nesting); it then runs case-insensitively on the ``regex`` module with one time
+budget for the whole catalog.
 A pattern over those bounds, or one that runs out of time (``(a|aa)+$`` over a long
 description), is a ``PatternTooExpensive`` error the model reads and answers with
 keywords. A pattern that does not compile or matches nothing is searched again as fuzzy
@@ -103,7 +104,7 @@ class RegexSearcher(SearcherBase):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError("regex search budget exhausted")
-            # Positional (pos, endpos, concurrent, partial, timeout): keywords cost 3x here.
+            # Positional (pos, endpos, concurrent, partial, timeout): keywords cost more per call, once a tool.
             match = search(text, None, None, None, False, remaining)
             if match is None:
                 continue

@@ -1,8 +1,9 @@
 """Answering one phantom search call: locally, or (api strategy) with the selector service.
 
 Why a service: the loop runner only needs "this call in, a result and tools out". Which
-backend answers, the selector's fail-open rule (seed 000 §4.4), the wall-clock budget and
-the telemetry of each search live here once, off the event loop.
+backend answers, the selector's fail-open rule (no usable selection: every deferred tool is
+loaded), the wall-clock budget and the telemetry of each search live here once, off the
+event loop.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ class SearchService:
         return Found(ToolResult(call, outcome.text, outcome.is_error), tools)
 
     def _restore_all(self, ctx: FlowContext, call: ToolCall, record: SearchRecord, reason: str, t0: float) -> Found:
-        """Seed 000 §4.4 fail-open: the selector gave nothing usable, so every deferred tool
-        comes back for the model rather than leaving it without the tool it needs."""
+        """Fail open: the selector gave nothing usable, so every deferred tool comes back for
+        the model rather than leaving it without the tool it needs."""
         logger.warning("tool selector failed ({}); restoring all {} deferred tools", reason, len(ctx.catalog))
         tools = list(ctx.catalog.values())
         record.query = plain_query(call.arguments)

@@ -14,7 +14,7 @@ the same bytes every time, so the prefix the upstream cached stays valid. A disp
 naming no tool the client has, or with arguments that are no object, is answered by the
 proxy with an error the model reads, in a hidden round, like a search.
 
-The cost: the provider no longer checks a found tool's arguments against its schema (the
+The cost: the provider does not check a found tool's arguments against its schema (the
 tool, or the client, still does).
 """
 

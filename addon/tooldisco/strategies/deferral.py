@@ -1,4 +1,4 @@
-"""Deferral for tool-search and api (seed 000 §4.3-4.4, seed 001).
+"""Deferral for tool-search and api: tools wait behind the phantom search tool until found.
 
 Forwarded list: kept tools in the client's order, then the phantom search tool, then
 tools found earlier in the session in discovery order. Appending found tools keeps the
@@ -35,7 +35,8 @@ class DeferralPlan:
 
 
 def groups(tools: Sequence[Tool], most: int = 12) -> str:
-    """MCP server prefixes with counts (``mcp__github__ (23)``), like seed 004's categories."""
+    """MCP server prefixes with counts (``mcp__github__ (23)``): the search tool's description
+    names them so the model knows what it can search for."""
     counts: Counter[str] = Counter()
     for t in tools:
         parts = t.name.split("__")

@@ -1,4 +1,4 @@
-"""Relevance scoring and the session's stable forwarded list (seed 000 §4.2).
+"""Relevance scoring and the session's stable forwarded list.
 
 Why stable: ``tools[]`` comes first in every provider's prompt, so any change to the
 forwarded list re-bills everything behind it — system prompt and the whole conversation —
@@ -82,8 +82,9 @@ def scores(
     expanded: Sequence[str] = (),
     ranker: Ranker | None = None,
 ) -> dict[str, float]:
-    """Seed weights: expanded 1000, always_keep 100, used 100, then the turn's ``evidence``
-    (with a ``ranker``, its rank order in place of the shared words)."""
+    """Tiered weights: found by a search (1000) outranks always_keep and used (100 each),
+    which outrank the turn's ``evidence`` (with a ``ranker``, its rank order in place of the
+    shared words)."""
     query = view.query.lower()
     text_score: dict[str, float] = {}
     if ranker is not None and query.strip():
