@@ -148,7 +148,7 @@ def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | Non
 
 # Every request carries the whole history again: what each entry is, and each run's digest,
 # are worked out once per entry text (parsing and canonicalising every message of a long
-# history on every turn cost milliseconds in the request's path).
+# history on every turn would put that work in every request's path).
 
 
 @memoize(8 * MiB, key=lambda adapter, text: (adapter.api, text))

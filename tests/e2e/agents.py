@@ -31,7 +31,7 @@ INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install_agents"
 AGENTS_DIR = Path(os.environ.get("AGENTS_DIR", REPO_ROOT / ".agents"))
 #: Seconds one agent run may take before it is killed.
 AGENT_TIMEOUT = float(os.environ.get("E2E_AGENT_TIMEOUT", "180"))
-#: Seconds the npm install may take (a cold install is ~30 s on these machines).
+#: Seconds the npm install may take (generous: a cold install downloads every package).
 INSTALL_TIMEOUT = float(os.environ.get("E2E_AGENT_INSTALL_TIMEOUT", "900"))
 
 CLIENT_RECORDER = '''

@@ -319,5 +319,5 @@ def test_distinct_large_user_messages_are_not_retained() -> None:
 
     relevance.tokens.cache_clear()
     _, retained, _ = measured(six_hundred)
-    assert retained < 50 * MB  # the unbounded cache kept about 360 MB here
+    assert retained < 50 * MB  # an unbounded cache would keep every message's words
     assert relevance.tokens.cache.currsize <= relevance.tokens.cache.max_bytes

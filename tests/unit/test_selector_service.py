@@ -430,7 +430,7 @@ def test_one_connection_serves_many_requests_errors_included(server: SelectorSer
 def test_kept_alive_requests_do_not_wait_for_delayed_acks(
     small: SelectorServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With Nagle on, each response waited ~40 ms for the client's delayed ACK: the server's
+    """With Nagle on, each response would wait for the client's delayed ACK: the server's
     connection sockets must have TCP_NODELAY set (checked on the socket, not with a clock)."""
     nodelay: list[int] = []
     setup = selector_service._Handler.setup

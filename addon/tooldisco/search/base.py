@@ -87,8 +87,8 @@ def catalog_key(tools: Sequence[Tool]) -> str:
 
     Python's own hashes (each tool's ``fingerprint``, made once per tool), not a digest: a
     session sends the same definitions every turn and the adapters hand out the same Tool
-    for each, so a 10,000-tool catalog costs a fraction of a millisecond, not a SHA-256 of
-    its megabytes on every search. The key never leaves the process, whose hash seed is
+    for each, so a large catalog costs a hash of cached ints, not a SHA-256 of its
+    megabytes on every search. The key never leaves the process, whose hash seed is
     random: names hashed apart from the fingerprints keep a collision out of reach.
     """
     names = hash(tuple(map(_NAME, tools)))

@@ -50,9 +50,9 @@ def standardised(rows: np.ndarray) -> np.ndarray:
 def cosines(queries: np.ndarray, vectors: np.ndarray) -> np.ndarray:
     """Each query's dot product with every tool vector, one row per query.
 
-    ``einsum``'s own loop, not BLAS: a product this small (k x 384 by 10k x 384) runs
-    single-threaded in about a millisecond, while multithreaded BLAS spent 8 times the CPU
-    time and 5 times the wall time on a busy 2-core machine, waiting for its threads."""
+    ``einsum``'s own loop, not BLAS: a product this small (k x 384 by 10k x 384) is quick
+    single-threaded, while multithreaded BLAS spends several times the CPU and wall time
+    waiting for its threads on a busy machine (``scripts/bench_retrieval.py`` times search)."""
     return np.einsum("qd,td->qt", queries, vectors, optimize=False).astype(np.float64)
 
 

@@ -9,9 +9,10 @@ ranking is picked greedily by xQuAD (Santos et al., WWW 2010): a tool's worth is
 relevance to the whole query plus, for each intent, its relevance to that intent times
 how little the tools already picked cover it. The second tool for an intent is worth
 little once the first covers it, so one near-identical variant does not push out another
-intent's tool. With BM25 (lambda 0.5) this leaves BFCL's recall@5 unchanged (the whole
-query dominates) and lifts it by four points on queries made of two or three BFCL
-requests; more diversity buys more there and costs BFCL, so each backend sets its lambda.
+intent's tool. On a single request the whole query dominates, so recall is kept; on
+queries made of two or three requests it rises (``scripts/bench_retrieval.py``'s bfcl and
+multi-intent sets). More diversity buys more there and costs single requests, so each
+backend sets its lambda.
 
 The scorer is the backend's: BM25 scores, or hybrid's fused scores, for a batch of texts.
 """

@@ -17,7 +17,7 @@ identifier (a run with ``_ . / :`` or a camelCase hump) names a tool wherever it
 the query; plain words ("search graph") only when they are the whole query, give or take
 words like "the" and "tool": in prose, two words of a name are as often the task itself
 ("calculate the future value" is not a request for ``future_value``), and counting them
-cost BFCL ten points of recall@1. A form that more than ``MAX_NAMED`` tools share is a
+costs recall@1 on BFCL. A form that more than ``MAX_NAMED`` tools share is a
 phrase, not a name. A query that is a server's name (or a namespace prefix, give or
 take words like "tools") names all of that server's tools.
 """

@@ -3,11 +3,11 @@
 Why: a query's forward pass is on the search's clock, and the shipped model only stores
 its weights as int8: onnxruntime turns them back into float32 at load and multiplies in
 float32. onnxruntime's dynamic quantisation (int8 weights per output channel, activations
-quantised on the fly) multiplies in int8 instead, 2.2 times less CPU for the same tokens.
+quantised on the fly) multiplies in int8 instead, for much less CPU per token.
 Tool vectors stay the shipped model's (they are computed once and cached, and quantised
-vectors for the catalog too cost BFCL multi-turn 0.6 points of recall@5 more): a query's
-vector is the quantised model's approximation of the shipped model's, which cost nothing
-on BFCL and multi-intent queries and half a point on multi-turn (hybrid recall@5).
+catalog vectors cost more multi-turn recall): a query's vector is the quantised model's
+approximation of the shipped model's, which costs little recall
+(``scripts/bench_retrieval.py`` measures hybrid search with it).
 
 The conversion needs the ``onnx`` package (part of the ``semantic`` extra); it takes a
 few seconds of CPU, in a private temporary directory, and its result stays in memory.
