@@ -11,7 +11,7 @@ def td(**fields):
     return {"pipes": {"tool_discovery": fields}}
 
 
-def test_defaults_follow_seed():
+def test_defaults():
     cfg = parse({})
     t = cfg.tool_discovery
     assert (t.enabled, t.strategy, t.search_tool_name, t.max_search_results) == (

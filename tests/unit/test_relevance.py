@@ -29,7 +29,7 @@ def test_keep_count(total, kw, expected):
     assert keep_count(total, cfg(**kw)) == expected
 
 
-def test_seed_weights():
+def test_weight_tiers():
     v = view(query="mcp__slack__post_message please post a message to slack", used=frozenset({"mcp__postgres__run_query"}))
     c = cfg(always_keep=["mcp__weather__*"])
     s = scores(v.tools, v, c, expanded=["mcp__calendar__list_events"])

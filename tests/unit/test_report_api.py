@@ -79,7 +79,7 @@ def log(tmp_path: Path) -> Path:
     return path
 
 
-def test_summary_counts_the_seed_metrics() -> None:
+def test_summary_counts_the_selector_metrics() -> None:
     loaded = report.load(log_lines())
     assert (loaded.lines, loaded.malformed) == (9, 2)  # the blank line is not counted
     s = report.summarize(loaded.records)
