@@ -37,7 +37,6 @@ import asyncio
 import json
 import random
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -54,6 +53,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from _bench import percentile  # noqa: E402
 from bench_memory import MiB, Fake, Rss  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, MitmDump  # noqa: E402
 from tests.fakeprovider import reply, search  # noqa: E402
@@ -317,8 +317,9 @@ class Target:
     notes: Counter[str] = field(default_factory=Counter)  # the addon's warnings, by kind
 
 
-def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000 if len(values) > 1 else 0.0
+def latency_ms(values: list[float], q: int) -> float:
+    """The ``q``-th percentile of latencies in seconds, in ms."""
+    return percentile(values, q) * 1000
 
 
 def start_target(name: str, fake: Fake, tmp: Path) -> Target:
@@ -393,8 +394,8 @@ def report(results: list[Target], sessions: int, turns: int, pace: tuple[float, 
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         o = r.outcome
-        print(f"| {r.name} | {len(o.latencies)} | {len(o.latencies) / o.seconds:,.1f} | {pct(o.latencies, 50):,.0f} "
-              f"| {pct(o.latencies, 95):,.0f} | {pct(o.latencies, 99):,.0f} "
+        print(f"| {r.name} | {len(o.latencies)} | {len(o.latencies) / o.seconds:,.1f} | {latency_ms(o.latencies, 50):,.0f} "
+              f"| {latency_ms(o.latencies, 95):,.0f} | {latency_ms(o.latencies, 99):,.0f} "
               f"| {r.cpu / max(len(o.latencies), 1) * 1000:,.1f} | {len(o.errors)} | {len(o.lost)} "
               f"| {len(o.crossed)} | {r.failed_open} | {r.rss_before / MiB:,.0f} | {r.rss_after / MiB:,.0f} "
               f"| {r.rss.peak / MiB:,.0f} |")
@@ -407,11 +408,11 @@ def report(results: list[Target], sessions: int, turns: int, pace: tuple[float, 
         passed = not (o.errors or o.lost or o.crossed or r.failed_open)
         line = f"- {r.name}: {len(o.errors)} errors, {len(o.lost)} lost, {len(o.crossed)} crossed"
         if plain is not None and r.name not in PLAIN:
-            ratio = pct(o.latencies, 95) / max(pct(plain.outcome.latencies, 95), 1e-9)
+            ratio = latency_ms(o.latencies, 95) / max(latency_ms(plain.outcome.latencies, 95), 1e-9)
             passed &= ratio <= P95_RATIO
             line += f", p95 {ratio:.2f} x plain mitmdump's (<= {P95_RATIO})"
         if streaming is not None and r.name not in PLAIN:
-            line += f" ({pct(o.latencies, 95) / max(pct(streaming.outcome.latencies, 95), 1e-9):.2f} x streaming mitmdump's)"
+            line += f" ({latency_ms(o.latencies, 95) / max(latency_ms(streaming.outcome.latencies, 95), 1e-9):.2f} x streaming mitmdump's)"
         print(f"{line}: {'PASS' if passed else 'FAIL'}")
         ok &= passed
         for what in (o.errors, o.lost, o.crossed):

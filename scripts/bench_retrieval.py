@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,9 @@ from typing import Any, Callable, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "addon"))  # imported as the addon imports it
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 
+from _bench import percentile  # noqa: E402
 from tests.support.mcp_catalog import mcp_catalog  # noqa: E402
 from tooldisco.providers.base import Tool  # noqa: E402
 from tooldisco.search import BACKENDS, QueryError, Ranking, Searcher, make_searcher  # noqa: E402
@@ -283,8 +284,7 @@ def build_time(searcher: Searcher, tools: Sequence[Tool]) -> float:
 
 
 def ms(values: list[float], p: int) -> str:
-    value = statistics.quantiles(values, n=100, method="inclusive")[p - 1] if len(values) > 1 else values[0]
-    return f"{value * 1e3:.2f}"
+    return f"{percentile(values, p) * 1e3:.2f}"
 
 
 # --- report ----------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from bench_load import LoadFake, Outcome, clients, close, drive, pct, start_proxy  # noqa: E402
+from bench_load import LoadFake, Outcome, clients, close, drive, latency_ms, start_proxy  # noqa: E402
 from bench_memory import GROWTH_RATIO, NOISE, TRACE_SCRIPT, MiB, Rss, cached  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
@@ -125,8 +125,8 @@ def main() -> None:
     for s in (plain, addon):
         o = s.outcome
         print(f"\n- {s.target}: RSS first {s.at(0) / MiB:,.1f} MiB, last {s.at(-1) / MiB:,.1f}, "
-              f"max {s.peak / MiB:,.1f}; turns/s {len(o.latencies) / o.seconds:,.1f}, p50 {pct(o.latencies, 50):,.0f} "
-              f"ms, p95 {pct(o.latencies, 95):,.0f} ms; errors {len(o.errors)}, lost {len(o.lost)}, "
+              f"max {s.peak / MiB:,.1f}; turns/s {len(o.latencies) / o.seconds:,.1f}, p50 {latency_ms(o.latencies, 50):,.0f} "
+              f"ms, p95 {latency_ms(o.latencies, 95):,.0f} ms; errors {len(o.errors)}, lost {len(o.lost)}, "
               f"crossed {len(o.crossed)}")
         for what in (o.errors, o.lost, o.crossed):
             for line in what[:3]:
