@@ -28,8 +28,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 if TYPE_CHECKING:
-    import psutil
-
     from tests.e2e.harness import MitmDump
 
 MiB = 1 << 20
@@ -150,7 +148,7 @@ class Rss:
         import psutil
 
         self._error = psutil.Error
-        self.proc: psutil.Process = psutil.Process(pid)
+        self.proc = psutil.Process(pid)
         self.interval = interval
         self.cap = cap
         self.killed = False
