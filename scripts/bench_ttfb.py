@@ -62,7 +62,7 @@ from botocore.eventstream import EventStreamBuffer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from _bench import percentile  # noqa: E402
+from _bench import p50_p95, percentile  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, MitmDump, scrubbed_env  # noqa: E402
 from tests.fakeprovider import SEARCH_TOOL, reply, search  # noqa: E402
 from tests.fakeprovider.providers.bedrock import TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY  # noqa: E402
@@ -463,7 +463,7 @@ class Telemetry:
 
 
 def cell(values: list[float]) -> str:
-    return f"{percentile(values, 50):.1f} / {percentile(values, 95):.1f}" if values else "n/a"
+    return p50_p95(values)
 
 
 def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, dict[str, int]],
