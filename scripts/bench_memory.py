@@ -492,22 +492,23 @@ def main() -> None:
     ap.add_argument("--huge", type=int, default=12, help="30 MB requests in part (b); 0 skips it")
     ap.add_argument("--trace", action="store_true", help="tracemalloc: the allocation sites that grew (slow)")
     ap.add_argument("--smoke", action="store_true",
-                    help="a tiny run (40 requests, one 2 MB 'huge' request) that checks the script works; "
-                         "the growth bounds are reported, not meaningful at that size")
+                    help="a tiny run (40 requests, one 2 MB 'huge' request; plain mitmdump and the shipped config) "
+                         "that checks the script works; the growth bounds are reported, not meaningful at that size")
     args = ap.parse_args()
     if args.smoke:
         global WARMUP, HUGE_BYTES, SETTLE_S
         WARMUP, HUGE_BYTES, SETTLE_S = 10, 2 * MiB, 0.2
         args.requests, args.threads, args.huge = 40, 2, 1
+    targets = TARGETS[:2] if args.smoke else TARGETS  # plain mitmdump, the shipped config
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as name:
         tmp = Path(name)
         fake = Fake(tmp / "fake.log")
         try:
-            with ThreadPoolExecutor(len(TARGETS)) as pool:  # side by side: two cores, and RSS is per process
-                steady_rows = dict(zip(TARGETS, pool.map(
-                    lambda t: run_steady(t, fake, tmp, args.requests, args.threads, args.trace), TARGETS)))
-                huge_rows = dict(zip(TARGETS, pool.map(
-                    lambda t: run_huge(t, fake, tmp, args.huge, args.trace), TARGETS))) if args.huge else {}
+            with ThreadPoolExecutor(len(targets)) as pool:  # side by side: two cores, and RSS is per process
+                steady_rows = dict(zip(targets, pool.map(
+                    lambda t: run_steady(t, fake, tmp, args.requests, args.threads, args.trace), targets)))
+                huge_rows = dict(zip(targets, pool.map(
+                    lambda t: run_huge(t, fake, tmp, args.huge, args.trace), targets))) if args.huge else {}
         finally:
             fake.stop()
     if args.trace:
