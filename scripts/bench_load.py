@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from _bench import percentile, ratio, table  # noqa: E402
+import bench_memory  # noqa: E402
 from bench_memory import MiB, Fake, Rss  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, MitmDump  # noqa: E402
 from tests.fakeprovider import reply, search  # noqa: E402
@@ -444,6 +445,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.sessions, args.turns, args.targets = 2, 2, "mitmdump,disk"
+        bench_memory.SETTLE_S = 0.2  # RSS readings: nothing heavy runs in the background
     try:
         first, every = (float(v) for v in args.pace.split(","))
     except ValueError:

@@ -33,6 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from _bench import p50_p95, percentile, ratio, table  # noqa: E402
 from bench_load import LoadFake, Outcome, clients, close, drive, start_proxy  # noqa: E402
+import bench_memory  # noqa: E402
 from bench_memory import GROWTH_RATIO, NOISE, TRACE_SCRIPT, MiB, Rss, cached  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
@@ -109,6 +110,7 @@ def main() -> None:
     steps = 2 if args.smoke else STEPS  # each reading waits for the proxies to idle
     if args.smoke:
         args.requests, args.sessions = 16, 2
+        bench_memory.SETTLE_S = 0.2  # RSS readings: nothing heavy runs in the background
     per_step = max(args.requests // args.sessions // steps, 1)
     with tempfile.TemporaryDirectory(prefix="soak-") as name:
         tmp = Path(name)
