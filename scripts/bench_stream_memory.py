@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from _bench import MiB, Rss, ratio, section, signed_mb  # noqa: E402
+from _bench import MiB, Rss, ratio, section  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, MitmDump, addon_config  # noqa: E402
 from tests.e2e.test_e2e_bodies import HEADERS, URL, Upstream, long_stream, request_body  # noqa: E402
 
@@ -82,8 +82,8 @@ def main() -> None:
     section(f"RSS while {args.mib} MiB of text stream through (baseline: plain mitmdump, same run)",
             ["proxy", "text", "s:", "before:", "peak:", "peak growth:", f"{args.after:g} s after:", "growth / plain's:"],
             [(name, "whole" if r["whole"] else f"only {r['text']} characters", f"{r['took']:.1f}",
-              f"{r['before'] / MiB:.0f} MiB", f"{r['peak'] / MiB:.0f} MiB", signed_mb(r["peak"] - r["before"]),
-              signed_mb(r["after"] - r["before"]),
+              f"{r['before'] / MiB:.0f} MiB", f"{r['peak'] / MiB:.0f} MiB", f"{(r['peak'] - r['before']) / MiB:+.0f} MiB",
+              f"{(r['after'] - r['before']) / MiB:+.0f} MiB",
               ratio(max(r["peak"] - r["before"], MiB), max(base["peak"] - base["before"], MiB)))
              for name, r in results.items()])
 
