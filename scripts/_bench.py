@@ -2,6 +2,9 @@
 addon mitmdump (``tests/e2e/harness.py``) in front of a local upstream, sampling a process's RSS,
 and printing a markdown table.
 
+The harness and psutil are imported where used, so a script that only needs percentiles and
+tables (``report_api.py``, ``bench_retrieval.py``) imports this without the test rig.
+
 Benchmarks compare the addon with plain mitmdump measured in the same run on the same machine,
 because absolute figures on a shared 2-core box say little; everything here serves that pairing.
 """
@@ -16,16 +19,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.e2e.harness import ADDON_PATH, MitmDump  # noqa: E402
+if TYPE_CHECKING:
+    from tests.e2e.harness import MitmDump
 
 MiB = 1 << 20
 SHIPPED_CONFIG = ROOT / "configs" / "tool_discovery.yaml"
@@ -59,6 +62,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def p50_p95(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
+    """``"p50 / p95"`` of ``values`` times ``scale`` (e.g. 1000 for seconds shown as ms)."""
+    if not values:
+        return "n/a"
+    return f"{percentile(values, 50) * scale:.{digits}f} / {percentile(values, 95) * scale:.{digits}f}"
+
+
+def ratio(value: float, baseline: float, digits: int = 2) -> str:
+    """``value / baseline`` as ``"1.23x"``; ``n/a`` when the baseline is zero or missing."""
+    if not baseline or math.isnan(baseline) or math.isnan(value):
+        return "n/a"
+    return f"{value / baseline:.{digits}f}x"
+
+
 def ms(seconds: float) -> str:
     return "n/a" if math.isnan(seconds) else f"{seconds * 1000:.0f} ms"
 
@@ -90,15 +107,29 @@ def addon_config(overrides: Mapping[str, Any] | None = None, base: Path = SHIPPE
 
 def start_plain(upstream: str, workdir: Path, extra_args: Sequence[str] = (), name: str = "plain") -> MitmDump:
     """Plain mitmdump (no script) sending the provider hosts to ``upstream`` (``http://host:port``)."""
+    from tests.e2e.harness import MitmDump
     return MitmDump(workdir, upstream, extra_args=extra_args, name=name).start()
 
 
 def start_addon(upstream: str, workdir: Path, overrides: Mapping[str, Any] | None = None,
                 extra_args: Sequence[str] = (), name: str = "addon", start: bool = True) -> MitmDump:
     """mitmdump + the addon on the shipped config (store and telemetry in ``workdir``)."""
+    from tests.e2e.harness import ADDON_PATH, MitmDump
     proxy = MitmDump(workdir, upstream, script=ADDON_PATH, config=addon_config(overrides),
                      extra_args=extra_args, name=name)
     return proxy.start() if start else proxy
+
+
+def plain_and_addon(upstream: str, tmp: Path, overrides: Mapping[str, Any] | None = None,
+                    extra_args: Sequence[str] = ()) -> list[tuple[str, MitmDump]]:
+    """The same-run pair every proxy benchmark compares, not started: ``[("mitmdump", plain),
+    ("mitmdump + addon", addon)]``, each in its own work dir under ``tmp``. Start and stop them one
+    at a time or side by side, as the benchmark needs."""
+    from tests.e2e.harness import MitmDump
+
+    plain = MitmDump(workdir(tmp, "plain"), upstream, extra_args=extra_args, name="plain")
+    return [("mitmdump", plain),
+            ("mitmdump + addon", start_addon(upstream, workdir(tmp, "addon"), overrides, extra_args, start=False))]
 
 
 def workdir(tmp: Path, prefix: str) -> Path:
@@ -114,6 +145,9 @@ class Rss:
     proxy cannot take the machine down; ``killed`` then says so."""
 
     def __init__(self, pid: int, interval: float = 0.02, cap: int | None = None) -> None:
+        import psutil
+
+        self._error = psutil.Error
         self.proc = psutil.Process(pid)
         self.interval = interval
         self.cap = cap
@@ -127,14 +161,14 @@ class Rss:
     def now(self) -> int:
         try:
             rss = self.proc.memory_info().rss
-        except psutil.Error:
+        except self._error:
             return 0
         self.peak = max(self.peak, rss)
         if self.cap is not None and rss > self.cap and not self.killed:
             self.killed = True
             try:
                 self.proc.kill()
-            except psutil.Error:
+            except self._error:
                 pass
         return rss
 
@@ -146,7 +180,7 @@ class Rss:
     def cpu(self) -> float:
         try:
             t = self.proc.cpu_times()
-        except psutil.Error:
+        except self._error:
             return 0.0
         return t.user + t.system
 
@@ -173,6 +207,8 @@ class Rss:
 
 def listening_ports(pid: int) -> set[int]:
     """The TCP ports process ``pid`` listens on (loopback included)."""
+    import psutil
+
     try:
         conns = psutil.Process(pid).net_connections(kind="tcp")
     except psutil.Error:
@@ -184,10 +220,22 @@ def listening_ports(pid: int) -> set[int]:
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A markdown table (``|`` inside cells escaped)."""
+    """A markdown table (``|`` inside cells escaped); a header ending in ``:`` is right-aligned
+    (numbers), the colon dropped."""
     def cell(v: Any) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    names = [h[:-1] if h.endswith(":") else h for h in header]
+    align = ["---:" if h.endswith(":") else "---" for h in header]
+    lines = ["| " + " | ".join(cell(h) for h in names) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def section(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]], note: str = "") -> None:
+    """Print ``#### title``, the table, and a note under it (the form README's sections take)."""
+    print(f"\n#### {title}\n")
+    print(table(header, rows))
+    if note:
+        print(f"\n{note}")
+    sys.stdout.flush()

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from _bench import ratio, table  # noqa: E402
 from scripts.bench_session import PRICES, SHIPPED, addon_config  # noqa: E402
 from tests.e2e import agents  # noqa: E402
 from tests.e2e.agents import MCP_CASES, McpRun  # noqa: E402
@@ -101,15 +102,12 @@ def measure(run: McpRun, path: str) -> Row:
 def report(rows: list[Row], elapsed: float) -> None:
     direct = {r.case: r.billed for r in rows if r.path == "direct"}
     print(f"\n{len(rows)} runs in {elapsed:.0f} s\n")
-    print("| agent run | path | ok | upstream requests | `tools[]` KB per request, wire / prompt "
-          "| prompt tokens | cached | billed input | × direct | search tools per request (max) |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        ratio = r.billed / direct[r.case] if direct.get(r.case) else float("nan")
-        share = r.cached / r.tokens if r.tokens else 0.0
-        print(f"| {r.case} | {r.path} | {'yes' if r.ok else 'NO ' + r.note} | {r.requests} "
-              f"| {r.wire_bytes / 1024:.1f} / {r.prompt_bytes / 1024:.1f} | {r.tokens:,} | {share:.0%} "
-              f"| {r.billed:,.0f} | {ratio:.2f} | {r.max_search_tools} |")
+    print(table(["agent run", "path", "ok", "upstream requests:", "`tools[]` KB per request, wire / prompt:",
+                 "prompt tokens:", "cached:", "billed input:", "× direct:", "search tools per request (max):"],
+                [(r.case, r.path, "yes" if r.ok else "NO " + r.note, r.requests,
+                  f"{r.wire_bytes / 1024:.1f} / {r.prompt_bytes / 1024:.1f}", f"{r.tokens:,}",
+                  f"{r.cached / r.tokens if r.tokens else 0.0:.0%}", f"{r.billed:,.0f}",
+                  ratio(r.billed, direct.get(r.case, 0.0)), r.max_search_tools) for r in rows]))
 
 
 def main() -> None:
@@ -117,15 +115,22 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(n for n, c in MCP_CASES.items() if c.mixed is None),
                         help="comma-separated cases (default: all but the mixed-turn checks, which measure "
                              "nothing more)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="one case (claude-tool-search), direct and addon only: checks the script works; "
+                             "exits 0 with a note when npm/node are missing, as the agent tests skip")
     args = parser.parse_args()
-    cases = [MCP_CASES[c] for c in args.cases.split(",")]
+    cases = [MCP_CASES[c] for c in ("claude-tool-search" if args.smoke else args.cases).split(",")]
+    paths = {p: PATHS[p] for p in (("direct", "addon") if args.smoke else PATHS)}
     if not agents.npm_available():
+        if args.smoke:
+            print("skipped: npm/node are not installed, so the agent CLIs cannot be installed")
+            return
         sys.exit("npm/node are not installed: the agent CLIs cannot be installed")
     bins = agents.install_agents()
     start = time.monotonic()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="bench-agents-") as tmp, FakeProvider(stream_delay=0.0) as fake:
-        for path, overrides in PATHS.items():
+        for path, overrides in paths.items():
             workdir = Path(tmp) / f"path{len(rows)}"  # equal lengths: the agents put their cwd in the prompt
             config = None if overrides is None else _config(overrides)
             proxy = agents.recorded_proxy(workdir, fake.url, config, name=path).start()
@@ -138,7 +143,7 @@ def main() -> None:
                     print(f"{case.name} / {path}: {rows[-1]}", file=sys.stderr)
             finally:
                 proxy.stop()
-    rows.sort(key=lambda r: ([c.name for c in cases].index(r.case), list(PATHS).index(r.path)))
+    rows.sort(key=lambda r: ([c.name for c in cases].index(r.case), list(paths).index(r.path)))
     report(rows, time.monotonic() - start)
 
 

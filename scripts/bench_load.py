@@ -37,7 +37,6 @@ import asyncio
 import json
 import random
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -54,6 +53,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from _bench import percentile, ratio, table  # noqa: E402
+import bench_memory  # noqa: E402
 from bench_memory import MiB, Fake, Rss  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, MitmDump  # noqa: E402
 from tests.fakeprovider import reply, search  # noqa: E402
@@ -317,8 +318,9 @@ class Target:
     notes: Counter[str] = field(default_factory=Counter)  # the addon's warnings, by kind
 
 
-def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] * 1000 if len(values) > 1 else 0.0
+def latency_ms(values: list[float], q: int) -> float:
+    """The ``q``-th percentile of latencies in seconds, in ms."""
+    return percentile(values, q) * 1000
 
 
 def start_target(name: str, fake: Fake, tmp: Path) -> Target:
@@ -381,25 +383,28 @@ def run(names: list[str], fake: Fake, tmp: Path, sessions: int, turns: int, thin
     return targets
 
 
-def report(results: list[Target], sessions: int, turns: int, pace: tuple[float, float], think: float = 0.0) -> bool:
+def report(results: list[Target], sessions: int, turns: int, pace: tuple[float, float], think: float = 0.0,
+           timing: bool = True) -> bool:
+    """Print the table and the verdicts; False when one failed (``timing``: the p95 bound counts)."""
     paced = (f"the fake paced like a model ({pace[0] * 1000:.0f} ms to the first event, {pace[1] * 1000:.0f} ms "
              "between events)" if any(pace) else "the fake unpaced")
     flow = (f"sessions independent, 0-{2 * think:g} s between turns (mean {think:g} s)" if think else
             "all sessions' turn t at once")
     print(f"## {sessions} concurrent sessions x {turns} turns, 4 APIs, streaming and not, "
           f"{sum(map(searches, range(turns)))} of {turns} turns searching, {paced}, {flow}\n")
-    print("| proxy | turns | turns/s | p50 ms | p95 ms | p99 ms | mitmdump CPU ms/turn | errors | lost | crossed "
-          "| addon fail-open | RSS before MiB | RSS after MiB | RSS peak MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in results:
-        o = r.outcome
-        print(f"| {r.name} | {len(o.latencies)} | {len(o.latencies) / o.seconds:,.1f} | {pct(o.latencies, 50):,.0f} "
-              f"| {pct(o.latencies, 95):,.0f} | {pct(o.latencies, 99):,.0f} "
-              f"| {r.cpu / max(len(o.latencies), 1) * 1000:,.1f} | {len(o.errors)} | {len(o.lost)} "
-              f"| {len(o.crossed)} | {r.failed_open} | {r.rss_before / MiB:,.0f} | {r.rss_after / MiB:,.0f} "
-              f"| {r.rss.peak / MiB:,.0f} |")
-    ok = True
     plain = next((r for r in results if r.name == "mitmdump"), None)
+    base = plain.outcome.latencies if plain is not None else []
+    print(table(["proxy", "turns:", "turns/s:", "p50 ms:", "p95 ms:", "p99 ms:", "p95 / mitmdump:",
+                 "mitmdump CPU ms/turn:", "errors:", "lost:", "crossed:", "addon fail-open:", "RSS before MiB:",
+                 "RSS after MiB:", "RSS peak MiB:"],
+                [(r.name, len(r.outcome.latencies), f"{len(r.outcome.latencies) / r.outcome.seconds:,.1f}",
+                  f"{latency_ms(r.outcome.latencies, 50):,.0f}", f"{latency_ms(r.outcome.latencies, 95):,.0f}",
+                  f"{latency_ms(r.outcome.latencies, 99):,.0f}",
+                  ratio(percentile(r.outcome.latencies, 95), percentile(base, 95)) if base else "n/a",
+                  f"{r.cpu / max(len(r.outcome.latencies), 1) * 1000:,.1f}", len(r.outcome.errors),
+                  len(r.outcome.lost), len(r.outcome.crossed), r.failed_open, f"{r.rss_before / MiB:,.0f}",
+                  f"{r.rss_after / MiB:,.0f}", f"{r.rss.peak / MiB:,.0f}") for r in results]))
+    ok = True
     streaming = next((r for r in results if r.name == STREAMING), None)
     print()
     for r in results:
@@ -407,11 +412,11 @@ def report(results: list[Target], sessions: int, turns: int, pace: tuple[float, 
         passed = not (o.errors or o.lost or o.crossed or r.failed_open)
         line = f"- {r.name}: {len(o.errors)} errors, {len(o.lost)} lost, {len(o.crossed)} crossed"
         if plain is not None and r.name not in PLAIN:
-            ratio = pct(o.latencies, 95) / max(pct(plain.outcome.latencies, 95), 1e-9)
-            passed &= ratio <= P95_RATIO
-            line += f", p95 {ratio:.2f} x plain mitmdump's (<= {P95_RATIO})"
+            p95_ratio = latency_ms(o.latencies, 95) / max(latency_ms(plain.outcome.latencies, 95), 1e-9)
+            passed &= p95_ratio <= P95_RATIO or not timing
+            line += f", p95 {p95_ratio:.2f} x plain mitmdump's (<= {P95_RATIO}{'' if timing else ', not enforced'})"
         if streaming is not None and r.name not in PLAIN:
-            line += f" ({pct(o.latencies, 95) / max(pct(streaming.outcome.latencies, 95), 1e-9):.2f} x streaming mitmdump's)"
+            line += f" ({latency_ms(o.latencies, 95) / max(latency_ms(streaming.outcome.latencies, 95), 1e-9):.2f} x streaming mitmdump's)"
         print(f"{line}: {'PASS' if passed else 'FAIL'}")
         ok &= passed
         for what in (o.errors, o.lost, o.crossed):
@@ -434,7 +439,13 @@ def main() -> None:
     ap.add_argument("--think", type=float, default=0.0, metavar="SECONDS",
                     help="sessions run independently, as agents do, each waiting a random 0 to 2 x SECONDS "
                          "between its turns (its tools running); default 0: every session's turn t at once")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a tiny run (2 sessions x 2 turns, mitmdump and disk) that checks the script works: "
+                         "correctness still fails it, the p95 bound is reported but not enforced")
     args = ap.parse_args()
+    if args.smoke:
+        args.sessions, args.turns, args.targets = 2, 2, "mitmdump,disk"
+        bench_memory.SETTLE_S = 0.2  # RSS readings: nothing heavy runs in the background
     try:
         first, every = (float(v) for v in args.pace.split(","))
     except ValueError:
@@ -450,7 +461,7 @@ def main() -> None:
             results = run(targets, fake, tmp, args.sessions, args.turns, args.think)
         finally:
             fake.stop()
-    ok = report(results, args.sessions, args.turns, (first, every), args.think)
+    ok = report(results, args.sessions, args.turns, (first, every), args.think, timing=not args.smoke)
     print(f"\n{'PASS' if ok else 'FAIL'}: load acceptance")
     sys.exit(0 if ok else 1)
 

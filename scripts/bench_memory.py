@@ -56,12 +56,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+import _bench as bench  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, MitmDump, scrubbed_env  # noqa: E402
 from tests.fakeprovider import reply, search  # noqa: E402
 from tests.support.catalog import anthropic_tools  # noqa: E402
@@ -272,28 +272,14 @@ def cached(proxy: MitmDump) -> int:
     return int(probe(proxy, "caches").split()[0])
 
 
-class Rss:
-    """Samples a process's RSS in the background; keeps the peak."""
+class Rss(bench.Rss):
+    """``_bench.Rss`` whose ``settled`` waits out the addon's background work first."""
 
     def __init__(self, pid: int, interval: float = 0.05) -> None:
-        self.proc = psutil.Process(pid)
-        self.peak = 0
+        super().__init__(pid, interval)
         self.waited = 0.0  # seconds the last ``settled`` waited
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
 
-    def now(self) -> int:
-        rss = self.proc.memory_info().rss
-        self.peak = max(self.peak, rss)
-        return rss
-
-    def cpu(self) -> float:
-        times = self.proc.cpu_times()
-        return times.user + times.system
-
-    def settled(self) -> int:
+    def settled(self) -> int:  # type: ignore[override]
         """RSS once background work has ended: ``SETTLE_S``, then until a second passes in which
         the process is idle (an index build of a 30 MB catalog goes on for tens of seconds after
         its request was answered). ``waited`` says how long that took."""
@@ -308,14 +294,6 @@ class Rss:
             cpu = now
         self.waited = time.perf_counter() - t0
         return self.now()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.now()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 @dataclass
@@ -478,27 +456,30 @@ def check(rows: dict[str, Reading], what: str) -> bool:
 
 def report_steady(rows: dict[str, Reading], n: int) -> bool:
     print(f"## (a) {n:,} distinct requests (after a {WARMUP}-request warm-up), RSS in MiB\n")
-    print("| proxy | before | halfway | after | peak | growth | in caches | outside caches | after malloc_trim "
-          "| req/s | CPU ms/req | busy after, s | errors |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows.values():
-        print(f"| {r.target} | {mb(r.start)} | {mb(r.midway)} | {mb(r.end)} | {mb(r.peak)} | {signed(r.growth)} "
-              f"| {signed(r.cache_growth)} | {signed(r.outside_caches)} | {mb(r.trimmed)} | {n / r.seconds:,.0f} "
-              f"| {r.cpu / n * 1000:.1f} | {r.settle_s:.0f} | {len(r.errors)} |")
+    plain = rows["mitmdump"]
+    print(bench.table(
+        ["proxy", "before:", "halfway:", "after:", "peak:", "growth:", "in caches:", "outside caches:",
+         "after malloc_trim:", "req/s:", "req/s / mitmdump:", "CPU ms/req:", "CPU / mitmdump:", "busy after, s:",
+         "errors:"],
+        [(r.target, mb(r.start), mb(r.midway), mb(r.end), mb(r.peak), signed(r.growth), signed(r.cache_growth),
+          signed(r.outside_caches), mb(r.trimmed), f"{n / r.seconds:,.0f}", bench.ratio(plain.seconds, r.seconds),
+          f"{r.cpu / n * 1000:.1f}", bench.ratio(r.cpu, plain.cpu), f"{r.settle_s:.0f}", len(r.errors))
+         for r in rows.values()]))
     print(f"\nAcceptance: growth - what the addon's byte-bounded caches hold more <= {GROWTH_RATIO} x mitmdump's "
           f"growth + {mb(NOISE)} MiB\n")
     return check(rows, "growth")
 
 
 def report_huge(rows: dict[str, Reading], count: int) -> bool:
-    print(f"\n## (b) {count} requests of 30 MB, one at a time, RSS in MiB\n")
-    print("| proxy | before | peak | peak over before | after | left behind | in caches | outside caches "
-          "| after malloc_trim | s | busy after, s | errors |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows.values():
-        print(f"| {r.target} | {mb(r.start)} | {mb(r.peak)} | {signed(r.peak - r.start)} | {mb(r.end)} "
-              f"| {signed(r.growth)} | {signed(r.cache_growth)} | {signed(r.outside_caches)} | {mb(r.trimmed)} "
-              f"| {r.seconds:.0f} | {r.settle_s:.0f} | {len(r.errors)} |")
+    print(f"\n## (b) {count} requests of {HUGE_BYTES // MiB} MB, one at a time, RSS in MiB\n")
+    plain = rows["mitmdump"]
+    print(bench.table(
+        ["proxy", "before:", "peak:", "peak over before:", "peak over / mitmdump's:", "after:", "left behind:",
+         "in caches:", "outside caches:", "after malloc_trim:", "s:", "s / mitmdump:", "busy after, s:", "errors:"],
+        [(r.target, mb(r.start), mb(r.peak), signed(r.peak - r.start),
+          bench.ratio(max(r.peak - r.start, MiB), max(plain.peak - plain.start, MiB)), mb(r.end), signed(r.growth),
+          signed(r.cache_growth), signed(r.outside_caches), mb(r.trimmed), f"{r.seconds:.1f}",
+          bench.ratio(r.seconds, plain.seconds), f"{r.settle_s:.0f}", len(r.errors)) for r in rows.values()]))
     print(f"\nAcceptance: left behind - what the addon's caches hold more <= {GROWTH_RATIO} x mitmdump's "
           f"+ {mb(NOISE)} MiB\n")
     return check(rows, "left behind")
@@ -510,16 +491,24 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=6, help="concurrent clients per proxy")
     ap.add_argument("--huge", type=int, default=12, help="30 MB requests in part (b); 0 skips it")
     ap.add_argument("--trace", action="store_true", help="tracemalloc: the allocation sites that grew (slow)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a tiny run (40 requests, one 2 MB 'huge' request; plain mitmdump and the shipped config) "
+                         "that checks the script works; the growth bounds are reported, not meaningful at that size")
     args = ap.parse_args()
+    if args.smoke:
+        global WARMUP, HUGE_BYTES, SETTLE_S
+        WARMUP, HUGE_BYTES, SETTLE_S = 10, 2 * MiB, 0.2
+        args.requests, args.threads, args.huge = 40, 2, 1
+    targets = TARGETS[:2] if args.smoke else TARGETS  # plain mitmdump, the shipped config
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as name:
         tmp = Path(name)
         fake = Fake(tmp / "fake.log")
         try:
-            with ThreadPoolExecutor(len(TARGETS)) as pool:  # side by side: two cores, and RSS is per process
-                steady_rows = dict(zip(TARGETS, pool.map(
-                    lambda t: run_steady(t, fake, tmp, args.requests, args.threads, args.trace), TARGETS)))
-                huge_rows = dict(zip(TARGETS, pool.map(
-                    lambda t: run_huge(t, fake, tmp, args.huge, args.trace), TARGETS))) if args.huge else {}
+            with ThreadPoolExecutor(len(targets)) as pool:  # side by side: two cores, and RSS is per process
+                steady_rows = dict(zip(targets, pool.map(
+                    lambda t: run_steady(t, fake, tmp, args.requests, args.threads, args.trace), targets)))
+                huge_rows = dict(zip(targets, pool.map(
+                    lambda t: run_huge(t, fake, tmp, args.huge, args.trace), targets))) if args.huge else {}
         finally:
             fake.stop()
     if args.trace:

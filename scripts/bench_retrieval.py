@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,9 @@ from typing import Any, Callable, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "addon"))  # imported as the addon imports it
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
 
+from _bench import percentile, ratio, section  # noqa: E402
 from tests.support.mcp_catalog import mcp_catalog  # noqa: E402
 from tooldisco.providers.base import Tool  # noqa: E402
 from tooldisco.search import BACKENDS, QueryError, Ranking, Searcher, make_searcher  # noqa: E402
@@ -283,8 +284,7 @@ def build_time(searcher: Searcher, tools: Sequence[Tool]) -> float:
 
 
 def ms(values: list[float], p: int) -> str:
-    value = statistics.quantiles(values, n=100, method="inclusive")[p - 1] if len(values) > 1 else values[0]
-    return f"{value * 1e3:.2f}"
+    return f"{percentile(values, p) * 1e3:.2f}"
 
 
 # --- report ----------------------------------------------------------------------------
@@ -303,20 +303,28 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "tooldisco-bench-cache"),
                         help="embedding disk cache for hybrid, and where the bfcl-eval wheel is kept")
     parser.add_argument("--bfcl-wheel", help="a bfcl-eval wheel on disk (else downloaded with pip)")
+    parser.add_argument("--queries", type=int, default=0,
+                        help="score at most this many queries of each set (a seeded sample; 0: all)")
     args = parser.parse_args()
     wanted = set(args.sets.split(","))
 
-    base = bfcl(Path(args.data))
+    def capped(labelled: LabelledSet) -> LabelledSet:
+        if args.queries and len(labelled.queries) > args.queries:
+            labelled.queries = random.Random(0).sample(labelled.queries, args.queries)
+        return labelled
+
+    base = capped(bfcl(Path(args.data)))
     sets: list[LabelledSet] = [base] if "bfcl" in wanted else []
     if "multi-turn" in wanted:
-        sets.append(bfcl_multi_turn(bfcl_wheel(Path(args.cache_dir), args.bfcl_wheel)))
+        sets.append(capped(bfcl_multi_turn(bfcl_wheel(Path(args.cache_dir), args.bfcl_wheel))))
     if "multi-intent" in wanted:
-        sets.append(multi_intent(base))
+        sets.append(capped(multi_intent(base)))
     if "named" in wanted:
         sets += named_sets("BFCL", base.tools, _namespace_bare, lambda name: None)
         for style, title in (("claude", "MCP 500, mcp__s__t"), ("gemini", "MCP 500, mcp_s_t")):
             tools, parts = mcp_tools(style)
             sets += named_sets(title, tools, lambda n, p=parts: p[n][1], lambda n, p=parts: p[n][0])
+        sets = [capped(s) if s.named else s for s in sets]
     big = grow_catalog(base.tools, args.big)
     sample = [q.text for q in random.Random(0).sample(base.queries, min(args.latency_queries, len(base.queries)))]
 
@@ -356,18 +364,22 @@ def main() -> None:
             cells = " | ".join(f"{results[labelled.name, b].named_first:.3f}" for b in backends)
             print(f"| {labelled.name} | {len(labelled.queries)} | {cells} |")
         print()
-    print("#### Latency (ms, index built; CPU: this process's CPU time; key: the catalog's key, made once per "
-          "request) and index build time (s)\n")
-    print(f"| backend | p50 {len(base.tools)} | p95 {len(base.tools)} | p50 {len(big)} | p95 {len(big)} "
-          f"| CPU p50 {len(big)} | CPU p95 {len(big)} | key p50 / p95 {len(big)} | build {len(base.tools)} "
-          f"| build {len(big)} |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    # The baseline: bm25, the plain lexical backend every other one builds on, in the same run.
+    base_wall = speed["bm25"][2][0] if "bm25" in speed else None
+    rows = []
     for backend in backends:
         small = results[base.name, backend].timings if (base.name, backend) in results else None
-        at_small = f"{ms(small, 50)} | {ms(small, 95)}" if small else "— | —"  # BFCL not measured
         build_small, build_big, (big_wall, big_cpu, big_key) = speed[backend]
-        print(f"| {backend} | {at_small} | {ms(big_wall, 50)} | {ms(big_wall, 95)} | {ms(big_cpu, 50)} "
-              f"| {ms(big_cpu, 95)} | {ms(big_key, 50)} / {ms(big_key, 95)} | {build_small:.2f} | {build_big:.2f} |")
+        rows.append((backend, ms(small, 50) if small else "—", ms(small, 95) if small else "—",  # BFCL not measured
+                     ms(big_wall, 50), ms(big_wall, 95),
+                     ratio(percentile(big_wall, 50), percentile(base_wall, 50)) if base_wall else "n/a",
+                     ms(big_cpu, 50), ms(big_cpu, 95), f"{ms(big_key, 50)} / {ms(big_key, 95)}",
+                     f"{build_small:.2f}", f"{build_big:.2f}"))
+    section("Latency (ms, index built; CPU: this process's CPU time; key: the catalog's key, made once per "
+            "request; baseline: bm25 in the same run) and index build time (s)",
+            ["backend", f"p50 {len(base.tools)}:", f"p95 {len(base.tools)}:", f"p50 {len(big)}:",
+             f"p95 {len(big)}:", f"p50 {len(big)} / bm25:", f"CPU p50 {len(big)}:", f"CPU p95 {len(big)}:",
+             f"key p50 / p95 {len(big)}:", f"build {len(base.tools)}:", f"build {len(big)}:"], rows)
 
 
 if __name__ == "__main__":

@@ -78,8 +78,9 @@ from google import genai
 from google.genai import types as gt
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+import _bench as bench  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, MitmDump  # noqa: E402
 from tests.fakeprovider import (  # noqa: E402
     DISPATCHER,
@@ -813,13 +814,11 @@ def measure(api: str, path: str, route: Route, fake: FakeProvider, tools: list[T
 
 
 def addon_config(source: Path, overrides: dict[str, Any]) -> Callable[[Path], str]:
-    """A shipped config with the session store and the telemetry file moved into the work dir,
-    and ``overrides`` set in its ``pipes.tool_discovery``."""
+    """``_bench.addon_config`` on ``source`` with ``overrides`` replacing keys of its
+    ``pipes.tool_discovery`` (a whole ``defer`` section, not merged into the shipped one)."""
     def text(workdir: Path) -> str:
-        cfg = yaml.safe_load(source.read_text())
+        cfg = yaml.safe_load(bench.addon_config(base=source)(workdir))
         cfg["pipes"]["tool_discovery"].update(overrides)
-        cfg.setdefault("sessions", {})["dir"] = str(workdir / "sessions")
-        cfg.setdefault("telemetry", {})["path"] = str(workdir / "telemetry.jsonl")
         return yaml.safe_dump(cfg, sort_keys=False)
     return text
 
@@ -880,6 +879,7 @@ def main() -> None:
     ap.add_argument("--plan", default="on-call", choices=sorted(PLANS),
                     help="the scripted session: on-call (22 turns, 13 tool turns) or release (20 turns, 6 tool turns)")
     ap.add_argument("--detail", action="store_true", help="also list every upstream request of every run")
+    ap.add_argument("--turns", type=int, default=0, help="play only the plan's first N turns (0: all)")
     args = ap.parse_args()
     paths = ["direct", *(p for p in args.paths.split(",") if p and p != "direct")]
     if set(paths) - set(PATHS):
@@ -890,7 +890,7 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown APIs: {', '.join(sorted(unknown))}")
     tools = mcp_catalog(args.servers)
-    plan = PLANS[args.plan]
+    plan = PLANS[args.plan][:args.turns or None]
     missing = {t.tool for t in plan if t.tool} - {t.name for t in tools}
     if missing:
         ap.error(f"the session needs servers the catalog lacks: {', '.join(sorted(missing))}")

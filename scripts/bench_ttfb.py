@@ -60,8 +60,9 @@ from botocore.credentials import Credentials
 from botocore.eventstream import EventStreamBuffer
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from _bench import p50_p95, percentile  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, MitmDump, scrubbed_env  # noqa: E402
 from tests.fakeprovider import SEARCH_TOOL, reply, search  # noqa: E402
 from tests.fakeprovider.providers.bedrock import TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY  # noqa: E402
@@ -434,11 +435,6 @@ async def capture(bench: Bench, fake: Fake) -> dict[str, dict[str, int]]:
 # --- statistics and report ----------------------------------------------------------------------
 
 
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))] if values else float("nan")
-
-
 @dataclass
 class Telemetry:
     """What the addon's own records say about the timed runs."""
@@ -467,7 +463,7 @@ class Telemetry:
 
 
 def cell(values: list[float]) -> str:
-    return f"{pct(values, 50):.1f} / {pct(values, 95):.1f}" if values else "n/a"
+    return p50_p95(values)
 
 
 def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, dict[str, int]],
@@ -483,9 +479,9 @@ def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, 
         f = {p: col("plain", api.tag, p, "first") for p in PATHS}
         last = {p: col("plain", api.tag, p, "last") for p in PATHS}
         print(f"| {api.label} | {events[api.tag]['plain']} | {cell(f['direct'])} | {cell(f['mitmdump'])} "
-              f"| {cell(f['addon'])} | {pct(f['addon'], 95) - pct(f['direct'], 95):+.1f} | {cell(last['direct'])} "
+              f"| {cell(f['addon'])} | {percentile(f['addon'], 95) - percentile(f['direct'], 95):+.1f} | {cell(last['direct'])} "
               f"| {cell(last['mitmdump'])} | {cell(last['addon'])} "
-              f"| {pct(last['addon'], 50) / pct(last['direct'], 50):.3f} |")
+              f"| {percentile(last['addon'], 50) / percentile(last['direct'], 50):.3f} |")
 
     print("\n### Where the first event's time goes, no search (ms, p50 / p95)\n")
     print("*there*: from the client's send until the fake had read the request; *back*: from the fake "
@@ -514,7 +510,7 @@ def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, 
               f"| {cell(f['direct'])} | {cell(f['mitmdump'])} | {cell(f['addon'])} | {cell(round1)} "
               f"| {cell(last['direct'])} | {cell(last['mitmdump'])} | {cell(last['addon'])} "
               f"| {cell(seen.search_ms.get(api.tag, []))} "
-              f"| {pct(last['addon'], 95) - pct(last['direct'], 95):+.1f} |")
+              f"| {percentile(last['addon'], 95) - percentile(last['direct'], 95):+.1f} |")
 
     print("\n## Acceptance checks (p95 unless said)\n")
     print("| API | check | measured ms | limit ms | result |\n|---|---|---:|---:|---|")
@@ -527,10 +523,10 @@ def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, 
         d_total = col("search", api.tag, "direct", "last")
         searched = seen.search_ms.get(api.tag, [])
         checks = [
-            ("no search: first event ≤ direct + 20 ms", pct(first, 95), pct(direct_first, 95) + SLACK_MS),
-            ("search: first event before round 1 ends (direct p50)", pct(s_first, 95), pct(round1, 50)),
-            ("search: last ≤ direct both rounds + 20 ms + search", pct(s_last, 95),
-             pct(d_total, 95) + SLACK_MS + pct(searched, 95)),
+            ("no search: first event ≤ direct + 20 ms", percentile(first, 95), percentile(direct_first, 95) + SLACK_MS),
+            ("search: first event before round 1 ends (direct p50)", percentile(s_first, 95), percentile(round1, 50)),
+            ("search: last ≤ direct both rounds + 20 ms + search", percentile(s_last, 95),
+             percentile(d_total, 95) + SLACK_MS + percentile(searched, 95)),
         ]
         for name, value, limit in checks:
             print(f"| {api.label} | {name} | {value:.1f} | {limit:.1f} | {'PASS' if value <= limit else 'FAIL'} |")

@@ -37,10 +37,13 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "addon"), str(ROOT / "scripts")]
 
+from _bench import table  # noqa: E402
 from bench_load import LoadFake, Outcome, clients, close, drive, marker, searches, start_proxy  # noqa: E402
 from tests.e2e.harness import MitmDump  # noqa: E402
 from tests.fakeprovider import SEARCH_TOOL  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
+
+# addon modules (kept together: their paths move with the addon's layout)
 from tooldisco.config import RedisSettings  # noqa: E402
 from tooldisco.redis_sessions import RedisSessionStore  # noqa: E402
 from tooldisco.sessions import SessionState, SessionStore  # noqa: E402
@@ -215,16 +218,12 @@ def check_resumed(upstream: Upstream, found: dict[int, set[str]], turn: int, v: 
 
 def report(verdicts: list[Verdict], sessions: int, kills: int) -> bool:
     print(f"## kill -9 under load: {sessions} sessions, {kills} kills per store\n")
-    print("| store | turns answered | cut by the kills | other errors | lost | crossed | sessions resumed "
-          "| with found tools | of them without one loaded | new searches on resume | sessions read back "
-          "| unreadable | integrity |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for v in verdicts:
-        o = v.outcome
-        print(f"| {v.backend} | {v.answered} | {v.cut} | {len(o.errors)} | {len(o.lost)} | {len(o.crossed)} "
-              f"| {v.resumed} | {v.checked} | {len(v.resumed_without_found)} | {len(v.searched_on_resume)} "
-              f"| {v.sessions_read} "
-              f"| {len(v.unreadable)} | {'ok' if not v.integrity else '; '.join(v.integrity)[:200]} |")
+    print(table(["store", "turns answered:", "cut by the kills:", "other errors:", "lost:", "crossed:",
+                 "sessions resumed:", "with found tools:", "of them without one loaded:", "new searches on resume:",
+                 "sessions read back:", "unreadable:", "integrity"],
+                [(v.backend, v.answered, v.cut, len(v.outcome.errors), len(v.outcome.lost), len(v.outcome.crossed),
+                  v.resumed, v.checked, len(v.resumed_without_found), len(v.searched_on_resume), v.sessions_read,
+                  len(v.unreadable), "ok" if not v.integrity else "; ".join(v.integrity)[:200]) for v in verdicts]))
     print()
     for v in verdicts:
         print(f"- {v.backend}: {'PASS' if v.ok else 'FAIL'}")

@@ -25,6 +25,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _bench beside it, when loaded by path
+from _bench import percentile  # noqa: E402
+
 API = "api"
 SELECTOR_P95_TARGET_MS = 150.0  # the selector's budget: every search waits for it before the re-forward
 PERCENTILES = (50, 95, 99)
@@ -197,13 +200,8 @@ def _number(value: Any) -> float | None:
 
 
 def percentiles(values: Sequence[float]) -> dict[int, float]:
-    """p50/p95/p99 (linear interpolation between closest ranks); {} without values."""
-    if not values:
-        return {}
-    if len(values) == 1:
-        return {p: float(values[0]) for p in PERCENTILES}
-    cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return {p: cuts[p - 1] for p in PERCENTILES}
+    """p50/p95/p99 (``_bench.percentile``: linear interpolation between closest ranks); {} without values."""
+    return {p: float(percentile(values, p)) for p in PERCENTILES} if values else {}
 
 
 # --- rendering -----------------------------------------------------------------------

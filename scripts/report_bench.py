@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import subprocess
 import sys
 import time
@@ -23,8 +22,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "addon"))
+sys.path[:0] = [str(ROOT / "addon"), str(ROOT / "scripts")]
 
+from _bench import ratio, section  # noqa: E402
+
+# addon modules (kept together: their paths move with the addon's layout)
 from tooldisco.telemetry import Record, SearchRecord  # noqa: E402
 
 APIS = ["anthropic", "openai_chat", "openai_responses", "gemini", "bedrock_converse"]
@@ -87,10 +89,11 @@ def main() -> int:
             write(path, n)
         rss, seconds = run(path, args.dir / f"report_{n}.html")
         rows.append((n, path.stat().st_size / 2**20, rss, seconds))
-    print("| records | file MiB | peak RSS MiB | seconds |")
-    print("|---:|---:|---:|---:|")
-    for n, size, rss, seconds in rows:
-        print(f"| {n:,} | {size:,.0f} | {rss:,.0f} | {seconds:,.1f} |")
+    base_rss, base_s = rows[0][2], rows[0][3]
+    section("scripts/report.py over synthetic telemetry (baseline: a file one hundredth the size, same run)",
+            ["records:", "file MiB:", "peak RSS MiB:", "seconds:", "RSS / baseline:", "time / baseline:"],
+            [(f"{n:,}", f"{size:,.1f}", f"{rss:,.0f}", f"{seconds:,.1f}", ratio(rss, base_rss), ratio(seconds, base_s))
+             for n, size, rss, seconds in rows])
     return 0
 
 

@@ -31,7 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from bench_load import LoadFake, Outcome, clients, close, drive, pct, start_proxy  # noqa: E402
+from _bench import p50_p95, percentile, ratio, table  # noqa: E402
+from bench_load import LoadFake, Outcome, clients, close, drive, start_proxy  # noqa: E402
+import bench_memory  # noqa: E402
 from bench_memory import GROWTH_RATIO, NOISE, TRACE_SCRIPT, MiB, Rss, cached  # noqa: E402
 from tests.support.redis_server import RedisServer  # noqa: E402
 
@@ -61,7 +63,7 @@ class Soak:
 
 
 def soak(target: str, fake: LoadFake, tmp: Path, sessions: int, turns_per_step: int, redis_url: str | None,
-         step_done: threading.Barrier) -> Soak:
+         step_done: threading.Barrier, steps: int = STEPS) -> Soak:
     """One proxy through the soak; ``step_done`` holds both proxies at each reading (the fake
     forgets its recorded requests there, with nothing in flight)."""
     proxy = start_proxy(target, fake, tmp / target, redis_url, extra_args=("-s", str(TRACE_SCRIPT)))
@@ -79,7 +81,7 @@ def soak(target: str, fake: LoadFake, tmp: Path, sessions: int, turns_per_step: 
             await drive(pool, run, range(WARMUP_TURNS), Outcome())
             read()
             rss.peak = out.at(0)
-            for step in range(STEPS):
+            for step in range(steps):
                 first = WARMUP_TURNS + step * turns_per_step
                 await drive(pool, run, range(first, first + turns_per_step), out.outcome)
                 step_done.wait()
@@ -101,8 +103,15 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=10_000, help="client requests (turns) through each proxy")
     ap.add_argument("--sessions", type=int, default=50)
     ap.add_argument("--backend", choices=("disk", "redis"), default="disk")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a tiny run (2 sessions, 40 requests) that checks the script works: errors, lost and "
+                         "crossed answers still fail it, the flatness bound is reported but not enforced")
     args = ap.parse_args()
-    per_step = max(args.requests // args.sessions // STEPS, 1)
+    steps = 2 if args.smoke else STEPS  # each reading waits for the proxies to idle
+    if args.smoke:
+        args.requests, args.sessions = 16, 2
+        bench_memory.SETTLE_S = 0.2  # RSS readings: nothing heavy runs in the background
+    per_step = max(args.requests // args.sessions // steps, 1)
     with tempfile.TemporaryDirectory(prefix="soak-") as name:
         tmp = Path(name)
         fake = LoadFake(tmp / "fake.log")
@@ -111,23 +120,27 @@ def main() -> None:
             step_done = threading.Barrier(2, action=fake.reset)  # the fake keeps every request it saw
             with ThreadPoolExecutor(2) as pool:  # side by side: RSS is per process, the load drifts alike
                 plain, addon = pool.map(lambda t: soak(t, fake, tmp, args.sessions, per_step,
-                                                       server.url if server else None, step_done),
+                                                       server.url if server else None, step_done, steps),
                                         ("mitmdump", args.backend))
         finally:
             if server:
                 server.stop()
             fake.stop()
-    print(f"## soak: {args.sessions} sessions x {per_step * STEPS} turns through each proxy, "
+    print(f"## soak: {args.sessions} sessions x {per_step * steps} turns through each proxy, "
           f"addon sessions on {args.backend}\n")
-    print("| requests | mitmdump RSS MiB | addon RSS MiB | addon caches MiB |\n|---:|---:|---:|---:|")
-    for (n, p), (_, a), c in zip(plain.readings, addon.readings, addon.caches):
-        print(f"| {n:,} | {p / MiB:,.1f} | {a / MiB:,.1f} | {c / MiB:,.1f} |")
+    print(table(["requests:", "mitmdump RSS MiB:", "addon RSS MiB:", "addon caches MiB:"],
+                [(f"{n:,}", f"{p / MiB:,.1f}", f"{a / MiB:,.1f}", f"{c / MiB:,.1f}")
+                 for (n, p), (_, a), c in zip(plain.readings, addon.readings, addon.caches)]))
+    base = plain.outcome.latencies
+    print()
+    print(table(["proxy", "RSS first MiB:", "RSS last MiB:", "RSS max MiB:", "turns/s:", "p50 / p95 ms:",
+                 "p95 / mitmdump:", "errors:", "lost:", "crossed:"],
+                [(s.target, f"{s.at(0) / MiB:,.1f}", f"{s.at(-1) / MiB:,.1f}", f"{s.peak / MiB:,.1f}",
+                  f"{len(s.outcome.latencies) / s.outcome.seconds:,.1f}", p50_p95(s.outcome.latencies, 1000, 0),
+                  ratio(percentile(s.outcome.latencies, 95), percentile(base, 95)), len(s.outcome.errors),
+                  len(s.outcome.lost), len(s.outcome.crossed)) for s in (plain, addon)]))
     for s in (plain, addon):
         o = s.outcome
-        print(f"\n- {s.target}: RSS first {s.at(0) / MiB:,.1f} MiB, last {s.at(-1) / MiB:,.1f}, "
-              f"max {s.peak / MiB:,.1f}; turns/s {len(o.latencies) / o.seconds:,.1f}, p50 {pct(o.latencies, 50):,.0f} "
-              f"ms, p95 {pct(o.latencies, 95):,.0f} ms; errors {len(o.errors)}, lost {len(o.lost)}, "
-              f"crossed {len(o.crossed)}")
         for what in (o.errors, o.lost, o.crossed):
             for line in what[:3]:
                 print(f"  - {line}")
@@ -135,9 +148,9 @@ def main() -> None:
     flat = addon.second_half <= limit
     print(f"\nSecond half: addon {addon.second_half / MiB:+,.1f} MiB outside its caches <= {GROWTH_RATIO} x "
           f"mitmdump's {plain.second_half / MiB:+,.1f} + {NOISE / MiB:.0f} = {limit / MiB:,.1f} MiB: "
-          f"{'PASS' if flat else 'FAIL'}")
+          f"{'PASS' if flat else 'FAIL'}{' (not enforced: --smoke)' if args.smoke else ''}")
     o = addon.outcome
-    ok = flat and not (o.errors or o.lost or o.crossed or plain.outcome.errors)
+    ok = (flat or args.smoke) and not (o.errors or o.lost or o.crossed or plain.outcome.errors)
     print(f"\n{'PASS' if ok else 'FAIL'}: soak acceptance")
     sys.exit(0 if ok else 1)
 
