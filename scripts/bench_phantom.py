@@ -27,10 +27,10 @@ sys.path[:0] = [str(ROOT / "addon"), str(ROOT)]
 
 from tests.support.catalog import anthropic_tools, openai_tools  # noqa: E402
 from tooldisco.config import parse  # noqa: E402
-from tooldisco.engine import Engine, Reply  # noqa: E402
-from tooldisco.providers.anthropic import AnthropicAdapter  # noqa: E402
-from tooldisco.providers.openai_chat import OpenAIChatAdapter  # noqa: E402
-from tooldisco.streams import anthropic as anthropic_stream  # noqa: E402
+from tooldisco.engine.engine import Engine, Reply  # noqa: E402
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter  # noqa: E402
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter  # noqa: E402
+from tooldisco.apis.anthropic import stream as anthropic_stream  # noqa: E402
 
 TARGET = "mcp__weather__get_forecast"
 

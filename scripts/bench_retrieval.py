@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO / "addon"))  # imported as the addon imports it
 sys.path.insert(0, str(REPO))
 
 from tests.support.mcp_catalog import mcp_catalog  # noqa: E402
-from tooldisco.providers.base import Tool  # noqa: E402
+from tooldisco.core.types import Tool  # noqa: E402
 from tooldisco.search import BACKENDS, QueryError, Ranking, Searcher, make_searcher  # noqa: E402
 from tooldisco.search.base import WARM_UP_QUERY, Catalog  # noqa: E402
 from tooldisco.search.index_cache import clear_all  # noqa: E402

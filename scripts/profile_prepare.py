@@ -21,8 +21,8 @@ sys.path[:0] = [str(ROOT / "addon"), str(ROOT)]
 
 from tests.support.catalog import anthropic_tools  # noqa: E402
 from tooldisco.config import parse  # noqa: E402
-from tooldisco.engine import Engine  # noqa: E402
-from tooldisco.providers.detect import detect  # noqa: E402
+from tooldisco.engine.engine import Engine  # noqa: E402
+from tooldisco.apis.registry import detect  # noqa: E402
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "addon"))
 
-from tooldisco.telemetry import Record, SearchRecord  # noqa: E402
+from tooldisco.engine.telemetry import Record, SearchRecord  # noqa: E402
 
 APIS = ["anthropic", "openai_chat", "openai_responses", "gemini", "bedrock_converse"]
 STRATEGIES = ["tool-search", "tool-search", "relevance", "api", "passthrough"]

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from .bytecache import MiB, memoize
+from tooldisco.core.bytecache import MiB, memoize
 
-from .search.factory import BACKENDS as SEARCH_BACKENDS
+from tooldisco.search.factory import BACKENDS as SEARCH_BACKENDS
 
 STRATEGIES = ("passthrough", "relevance", "tool-search", "api")
 SCORERS = ("overlap", "bm25", "hybrid")

@@ -51,16 +51,9 @@ from urllib.parse import urlsplit
 
 from loguru import logger
 
-from .providers.base import Tool
-from .providers.common import params_of
-from .search import (
-    BACKENDS,
-    MAX_QUERY_CHARS,
-    QueryError,
-    Ranking,
-    Searcher,
-    make_searcher,
-)
+from tooldisco.core.types import Tool
+from tooldisco.apis.common import params_of
+from tooldisco.search import BACKENDS, MAX_QUERY_CHARS, QueryError, Ranking, Searcher, make_searcher
 
 SEARCH_PATH = "/v1/tool-discovery/search"
 HEALTH_PATH = "/healthz"

@@ -21,9 +21,9 @@ from random import Random
 from typing import Any
 
 from hypothesis import strategies as st
-from tooldisco.streams import sse
-from tooldisco.streams.eventstream import EventStreamDecoder, EventStreamError, encode_frame
-from tooldisco.streams.gemini import JSONArrayDecoder
+from tooldisco.apis.framing import sse
+from tooldisco.apis.framing.eventstream import EventStreamDecoder, EventStreamError, encode_frame
+from tooldisco.apis.gemini.stream import JSONArrayDecoder
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 

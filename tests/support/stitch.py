@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tooldisco.stitch import Failure, RoundEnd
+from tooldisco.apis.base import Failure, RoundEnd
 
 P = "gateway_search_tools"
 Chunker = Callable[[bytes], list[bytes]]

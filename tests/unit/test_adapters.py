@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from tooldisco.providers.anthropic import AnthropicAdapter
-from tooldisco.providers.base import ToolCall, ToolResult, Unsupported
-from tooldisco.providers.detect import detect
-from tooldisco.providers.openai_chat import OpenAIChatAdapter
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+from tooldisco.core.types import ToolCall, ToolResult, Unsupported
+from tooldisco.apis.registry import detect
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
 
 from tests.support.catalog import anthropic_tools, openai_tools
 

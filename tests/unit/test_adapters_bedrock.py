@@ -9,13 +9,13 @@ from urllib.parse import quote
 
 import pytest
 from test_streams_support import anthropic_bedrock_final, boto3_events
-from tooldisco.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.engine.loop import Finish, Found, PhantomLoop, Send
 
 from tests.support.loop_driver import Driver
-from tooldisco.providers.base import Tool, ToolCall, ToolResult, Unsupported
-from tooldisco.providers.bedrock import ConverseAdapter, InvokeAdapter, place_structural
-from tooldisco.providers.detect import detect
-from tooldisco.streams import bedrock as streams
+from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
+from tooldisco.apis.bedrock.adapter import ConverseAdapter, InvokeAdapter, place_structural
+from tooldisco.apis.registry import detect
+from tooldisco.apis.bedrock import stream as streams
 
 from tests.support.catalog import anthropic_tools, tool_specs
 

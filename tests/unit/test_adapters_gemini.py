@@ -10,12 +10,12 @@ import pytest
 from google.genai import types
 from test_streams_support import gemini_chunks
 from test_streams_gemini import assemble
-from tooldisco.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.engine.loop import Finish, Found, PhantomLoop, Send
 
 from tests.support.loop_driver import Driver
-from tooldisco.providers.base import Tool, ToolCall, ToolResult, Unsupported
-from tooldisco.providers.detect import detect
-from tooldisco.providers.gemini import STAND_IN_SIGNATURE, GeminiAdapter
+from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
+from tooldisco.apis.registry import detect
+from tooldisco.apis.gemini.adapter import STAND_IN_SIGNATURE, GeminiAdapter
 
 from tests.support.catalog import tool_specs
 
@@ -293,7 +293,7 @@ def _fr(name, output):
 
 def test_answers_take_the_names_of_the_calls_as_made():
     """A kept tool the model called through the dispatcher was shown (and answered) as itself."""
-    from tooldisco.providers.gemini import GeminiAdapter
+    from tooldisco.apis.gemini.adapter import GeminiAdapter
 
     made = [_content("model", _fc("gateway_call_tool", name="read_file", arguments={"path": "a"}))]
     client = [_content("user", _fr("read_file", "hello"))]
@@ -304,7 +304,7 @@ def test_answers_take_the_names_of_the_calls_as_made():
 
 
 def test_hidden_answers_go_where_their_calls_are():
-    from tooldisco.providers.gemini import GeminiAdapter
+    from tooldisco.apis.gemini.adapter import GeminiAdapter
 
     made = [_content("model", _fc("read_file", path="a"), _fc("gateway_search_tools", query="q"))]
     hidden = [_content("user", _fr("gateway_search_tools", "found"))]

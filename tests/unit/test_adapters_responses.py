@@ -9,13 +9,13 @@ import json
 import pytest
 from openai.types.responses import FunctionTool, Response
 from test_streams_support import openai_responses_final, strip_nones
-from tooldisco.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.engine.loop import Finish, Found, PhantomLoop, Send
 
 from tests.support.loop_driver import Driver
-from tooldisco.providers.base import Tool, ToolCall, ToolResult, Unsupported
-from tooldisco.providers.detect import detect
-from tooldisco.providers.openai_responses import OpenAIResponsesAdapter, parse_tool
-from tooldisco.providers.common import injected
+from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
+from tooldisco.apis.registry import detect
+from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter, parse_tool
+from tooldisco.apis.common import injected
 
 from tests.support.catalog import tool_specs
 

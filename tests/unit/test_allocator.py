@@ -15,7 +15,7 @@ PROBE = textwrap.dedent("""
     import psutil
     sys.path.insert(0, sys.argv[2])
     if sys.argv[1] == "on":
-        from tooldisco.allocator import return_large_blocks
+        from tooldisco.core.allocator import return_large_blocks
         assert return_large_blocks()
 
     def work(i):  # what a 30 MB request body goes through: decode, parse, re-serialize

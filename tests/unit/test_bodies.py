@@ -1,4 +1,4 @@
-"""Capped body decoding (``tooldisco.bodies``): every HTTP coding, chained codings, and bombs
+"""Capped body decoding (``tooldisco.core.bodies``): every HTTP coding, chained codings, and bombs
 that stop at the cap without ever holding their decoded size."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import brotli
 import pytest
 import zstandard
 
-from tooldisco import bodies
-from tooldisco.bodies import TooLarge, Undecodable, decode
+from tooldisco.core import bodies
+from tooldisco.core.bodies import TooLarge, Undecodable, decode
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"' + b"hello world " * 20_000 + b'"}]}'
 CAP = 1 << 20

@@ -18,9 +18,10 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from tooldisco.bytecache import ENTRY_OVERHEAD, ByteLRU, MiB, deep_size, entry_size, memoize
-from tooldisco.providers import anthropic, common
-from tooldisco.providers.base import Tool
+from tooldisco.core.bytecache import ENTRY_OVERHEAD, ByteLRU, MiB, deep_size, entry_size, memoize
+from tooldisco.apis.anthropic import adapter as anthropic
+from tooldisco.apis import common
+from tooldisco.core.types import Tool
 from tooldisco.search.index_cache import IndexCache
 
 

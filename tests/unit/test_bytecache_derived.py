@@ -7,10 +7,14 @@ import json
 
 import pytest
 
-from tooldisco import bytecache
-from tooldisco.bytecache import derived_size, entry_size
-from tooldisco.providers import anthropic, bedrock, gemini, openai_chat, openai_responses
-from tooldisco.providers.base import Tool
+from tooldisco.core import bytecache
+from tooldisco.core.bytecache import derived_size, entry_size
+from tooldisco.apis.anthropic import adapter as anthropic
+from tooldisco.apis.bedrock import adapter as bedrock
+from tooldisco.apis.gemini import adapter as gemini
+from tooldisco.apis.openai_chat import adapter as openai_chat
+from tooldisco.apis.openai_responses import adapter as openai_responses
+from tooldisco.core.types import Tool
 
 from tests.support.catalog import anthropic_tools
 

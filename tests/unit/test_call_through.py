@@ -14,19 +14,21 @@ from typing import Any
 
 import pytest
 
-from tooldisco import jsonspan
+from tooldisco.core import jsonspan
 from tooldisco.config import ConfigError, parse
-from tooldisco.engine import Engine
-from tooldisco.loop import Finish, Found, PhantomLoop, Search, Send
-from tooldisco.providers.base import ToolCall, ToolResult
-from tooldisco.providers.gemini import STAND_IN_SIGNATURE, GeminiAdapter
-from tooldisco.providers.openai_chat import OpenAIChatAdapter
+from tooldisco.engine.engine import Engine
+from tooldisco.engine.loop import Finish, Found, PhantomLoop, Search, Send
+from tooldisco.core.types import ToolCall, ToolResult
+from tooldisco.apis.gemini.adapter import STAND_IN_SIGNATURE, GeminiAdapter
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
 from tooldisco.search.base import Catalog
 from tooldisco.search.factory import make_searcher
 from tooldisco.search.phantom_query import run_query
-from tooldisco.strategies import call_through
+from tooldisco.policy import call_through
 from tooldisco.search.brief import MAX_DEFINITION_CHARS, definition
-from tooldisco.strategies.call_through import Dispatch, Target
+from tooldisco.policy.call_through import Dispatch
+from tooldisco.core.types import Target
+from tooldisco.apis.base import dispatcher_schema
 
 from tests.support.catalog import openai_tools, tool_specs
 from tests.support.loop_driver import Driver
@@ -80,7 +82,7 @@ def error_of(result: Target | str) -> str:
 def test_the_module_imports_first():
     """Imported before anything else: no import cycle with the search package it uses."""
     addon = Path(__file__).resolve().parents[2] / "addon"
-    subprocess.run([sys.executable, "-c", "import tooldisco.strategies.call_through"], cwd=addon, check=True)
+    subprocess.run([sys.executable, "-c", "import tooldisco.policy.call_through"], cwd=addon, check=True)
 
 
 def test_an_exact_name_is_its_tool_with_its_arguments():
@@ -213,7 +215,7 @@ def test_chat_unwrap_removes_refused_calls_and_fixes_the_finish_reason():
 def test_chat_dispatcher_tool_shape():
     tool = json.loads(CHAT.dispatcher_tool(D, call_through.description(P)))
     assert tool == {"type": "function", "function": {"name": D, "description": call_through.description(P),
-                                                     "parameters": call_through.schema()}}
+                                                     "parameters": dispatcher_schema()}}
     assert tool["function"]["parameters"]["required"] == ["name", "arguments"]
     assert tool["function"]["parameters"]["properties"]["arguments"]["type"] == "object"
     assert P in call_through.description(P)
@@ -342,7 +344,7 @@ def test_gemini_unwrap_keeps_a_rewritten_calls_own_signature():
 
 def test_gemini_dispatcher_tool_uses_json_schema():
     tool = json.loads(GEMINI.dispatcher_tool(D, "desc"))
-    assert tool == {"name": D, "description": "desc", "parametersJsonSchema": call_through.schema()}
+    assert tool == {"name": D, "description": "desc", "parametersJsonSchema": dispatcher_schema()}
     assert "parameters" not in tool
 
 

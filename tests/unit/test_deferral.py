@@ -6,10 +6,10 @@ import json
 import pytest
 
 from tooldisco.config import parse
-from tooldisco.engine import Engine
-from tooldisco.providers.base import RequestView, Tool
-from tooldisco.providers.openai_chat import OpenAIChatAdapter
-from tooldisco.strategies import deferral
+from tooldisco.engine.engine import Engine
+from tooldisco.core.types import RequestView, Tool
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
+from tooldisco.policy import deferral
 
 from tests.support.catalog import openai_tools, tool_specs
 

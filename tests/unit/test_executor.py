@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tooldisco.executor import FairExecutor, Overloaded
+from tooldisco.engine.executor import FairExecutor, Overloaded
 
 
 class Gate:
@@ -106,9 +106,9 @@ async def test_a_request_the_pool_cannot_take_goes_through_unprocessed(tmp_path)
     import json
 
     from tooldisco.config import parse
-    from tooldisco.engine import Engine
-    from tooldisco.providers.detect import detect
-    from tooldisco.tenants import tenant_of
+    from tooldisco.engine.engine import Engine
+    from tooldisco.apis.registry import detect
+    from tooldisco.core.tenants import tenant_of
 
     from tests.support.catalog import anthropic_tools
 

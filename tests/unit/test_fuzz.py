@@ -33,19 +33,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from loguru import logger
 from test_streams_support import fixture
-from tooldisco import jsonspan
+from tooldisco.core import jsonspan
 from tooldisco.config import parse as parse_config
-from tooldisco.engine import Engine
-from tooldisco.providers.anthropic import AnthropicAdapter
-from tooldisco.providers.base import Adapter, RequestView, Unsupported
-from tooldisco.providers.bedrock import ConverseAdapter, InvokeAdapter
-from tooldisco.providers.gemini import GeminiAdapter
-from tooldisco.providers.openai_chat import OpenAIChatAdapter
-from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
-from tooldisco.stitch.base import Failure
-from tooldisco.streams import anthropic, bedrock, gemini, openai_chat, openai_responses
-from tooldisco.streams.common import IncompleteStream, StreamError
-from tooldisco.streams.eventstream import EventStreamError, encode_frame
+from tooldisco.engine.engine import Engine
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+from tooldisco.apis.base import Adapter
+from tooldisco.core.types import RequestView, Unsupported
+from tooldisco.apis.bedrock.adapter import ConverseAdapter, InvokeAdapter
+from tooldisco.apis.gemini.adapter import GeminiAdapter
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
+from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter
+from tooldisco.apis.base import Failure
+from tooldisco.apis.anthropic import stream as anthropic
+from tooldisco.apis.bedrock import stream as bedrock
+from tooldisco.apis.gemini import stream as gemini
+from tooldisco.apis.openai_chat import stream as openai_chat
+from tooldisco.apis.openai_responses import stream as openai_responses
+from tooldisco.apis.streaming import IncompleteStream, StreamError
+from tooldisco.apis.framing.eventstream import EventStreamError, encode_frame
 
 from tests.support import fuzz
 

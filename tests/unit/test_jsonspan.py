@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooldisco import jsonspan
+from tooldisco.core import jsonspan
 
 
 BODY = '{ "model" : "m",\n "tools": [ {"name":"a","x":1.50} , {"name":"b"} ],"messages":[],"k":"\\u00e9"}'

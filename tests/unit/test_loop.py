@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from tooldisco.loop import Finish, Found, PhantomLoop, Search, Send
-from tooldisco.providers.anthropic import AnthropicAdapter
-from tooldisco.providers.base import Tool, ToolResult
-from tooldisco.providers.detect import detect
+from tooldisco.engine.loop import Finish, Found, PhantomLoop, Search, Send
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+from tooldisco.core.types import Tool, ToolResult
+from tooldisco.apis.registry import detect
 
 from tests.support.catalog import anthropic_tools
 from tests.support.loop_driver import Driver

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tooldisco.net.relay import HEADER, Relay
-from tooldisco.runner import Head
+from tooldisco.core.answers import Head
 
 ADDON = Path(__file__).resolve().parents[2] / "addon"
 
@@ -69,7 +69,7 @@ TRIM_PROBE = textwrap.dedent("""
     import sys, threading, time
     import psutil
     sys.path.insert(0, sys.argv[2])
-    from tooldisco import allocator
+    from tooldisco.core import allocator
 
     def churn():  # what parsing requests in a worker thread does, next to a cache that keeps a little
         pinned, blocks = [], []
@@ -113,7 +113,7 @@ CYCLE_PROBE = textwrap.dedent("""
     import gc, sys, time
     import psutil
     sys.path.insert(0, sys.argv[2])
-    from tooldisco import allocator
+    from tooldisco.core import allocator
 
     gc.disable()  # Python's own full collection can take many requests to come: here it never does
     base = psutil.Process().memory_info().rss

@@ -14,13 +14,13 @@ from openai.types.responses import ResponseInputItemParam, ToolSearchToolParam
 from pydantic import TypeAdapter
 
 from tooldisco.config import parse
-from tooldisco.engine import Engine
-from tooldisco.providers.anthropic import AnthropicAdapter, _result_content, parse_tool
-from tooldisco.providers.base import ToolCall, ToolResult
-from tooldisco.providers.common import tool_spans
-from tooldisco.providers.detect import detect
-from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
-from tooldisco.runner import Answer
+from tooldisco.engine.engine import Engine
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter, _result_content, parse_tool
+from tooldisco.core.types import ToolCall, ToolResult
+from tooldisco.apis.common import tool_spans
+from tooldisco.apis.registry import detect
+from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter
+from tooldisco.core.answers import Answer
 
 from tests.support.catalog import anthropic_tools
 

@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from tooldisco.config import parse
-from tooldisco.engine import Engine
-from tooldisco.providers.anthropic import AnthropicAdapter
-from tooldisco.runner import Answer
+from tooldisco.engine.engine import Engine
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+from tooldisco.core.answers import Answer
 
 from tests.support.catalog import anthropic_tools
 
@@ -228,7 +228,7 @@ def test_a_client_that_defers_itself_gets_no_second_search_tool(make, tools, rea
 
 
 def test_responses_tool_search_is_a_client_that_defers(make):
-    from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
+    from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter
 
     tools = [{"type": "tool_search", "execution": "client"},
              *({"type": "function", "name": t["name"], "description": t["description"],

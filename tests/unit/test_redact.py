@@ -10,7 +10,7 @@ import logging
 import httpx
 import pytest
 from mitmproxy import http
-from tooldisco.redact import MASK, RedactingFilter, install, redact, redact_header
+from tooldisco.core.redact import MASK, RedactingFilter, install, redact, redact_header
 
 GEMINI = "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW"
 ANTHROPIC = "sk-ant-api03-R2D2C3POxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
@@ -174,7 +174,7 @@ def test_mitmdumps_flow_listing_prints_no_credential(styled, detail):
     Coloured (a terminal): the colour codes sit between a header's name and its value."""
     from mitmproxy.addons import dumper
     from mitmproxy.test import taddons, tflow, tutils
-    from tooldisco.redact import redact_printer
+    from tooldisco.core.redact import redact_printer
 
     out = io.StringIO()
     printer = dumper.Dumper(out)

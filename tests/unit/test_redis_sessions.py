@@ -19,9 +19,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from loguru import logger
 from tooldisco.config import ConfigError, RedisSettings, parse
-from tooldisco.engine import _session_store
-from tooldisco.redis_sessions import RedisSessionStore
-from tooldisco.sessions import SessionState, SessionStore
+from tooldisco.engine.engine import _session_store
+from tooldisco.state.redis import RedisSessionStore
+from tooldisco.state.base import SessionState
+from tooldisco.state.disk import SessionStore
 
 from tests.support.redis_server import RedisServer, Tls, needs_redis, redis_server  # noqa: F401 (a fixture)
 
@@ -37,7 +38,7 @@ def settings(server: RedisServer, **kw) -> RedisSettings:
 WRITER = textwrap.dedent("""
     import sys, time
     from tooldisco.config import RedisSettings
-    from tooldisco.redis_sessions import RedisSessionStore
+    from tooldisco.state.redis import RedisSessionStore
     store = RedisSessionStore(RedisSettings(url=sys.argv[1]))
     runs = 0
     def change(s, name):

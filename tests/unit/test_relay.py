@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from tooldisco.net.relay import HEADER, Relay
-from tooldisco.runner import Head
+from tooldisco.core.answers import Head
 
 
 def request(token: str, body: bytes = b"{}") -> bytes:

@@ -1,9 +1,9 @@
 import pytest
 
 from tooldisco.config import parse
-from tooldisco.providers.base import RequestView, Tool
-from tooldisco.strategies import deferral
-from tooldisco.strategies.relevance import MAX_LISTS, keep_count, recall, remember, scores, select, tokens
+from tooldisco.core.types import RequestView, Tool
+from tooldisco.policy import deferral
+from tooldisco.policy.relevance import MAX_LISTS, keep_count, recall, remember, scores, select, tokens
 
 from tests.support.catalog import tool_specs
 
@@ -122,8 +122,8 @@ def test_relevance_can_rank_with_a_search_backend(tmp_path, scorer):
     """Issue 6.4: ``scorer`` swaps the seed's word overlap for BM25 or hybrid ranking."""
     import json
 
-    from tooldisco.engine import Engine
-    from tooldisco.providers.anthropic import AnthropicAdapter
+    from tooldisco.engine.engine import Engine
+    from tooldisco.apis.anthropic.adapter import AnthropicAdapter
     from tests.support.catalog import anthropic_tools
 
     config = parse({"pipes": {"tool_discovery": {"enabled": True, "strategy": "relevance", "scorer": scorer,

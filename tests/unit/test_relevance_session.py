@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tooldisco.config import parse
-from tooldisco.engine import Engine
-from tooldisco.providers.anthropic import AnthropicAdapter
+from tooldisco.engine.engine import Engine
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter
 
 from tests.support.catalog import anthropic_tools
 

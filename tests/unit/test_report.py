@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from tooldisco.telemetry import Record, SearchRecord
+from tooldisco.engine.telemetry import Record, SearchRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))  # report.py imports report_api beside it

@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from tooldisco.telemetry import Record, SearchRecord
+from tooldisco.engine.telemetry import Record, SearchRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,9 @@ import json
 from openai.types.responses import NamespaceTool, ResponseFunctionToolCall
 
 from tooldisco.config import parse
-from tooldisco.engine import Engine
-from tooldisco.providers.base import ToolCall, ToolResult
-from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
+from tooldisco.engine.engine import Engine
+from tooldisco.core.types import ToolCall, ToolResult
+from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter
 
 R = OpenAIResponsesAdapter()
 P = "gateway_search_tools"

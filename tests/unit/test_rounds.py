@@ -1,4 +1,4 @@
-"""Hidden rounds restored in a client's history, per API (``tooldisco.rounds``), without a store."""
+"""Hidden rounds restored in a client's history, per API (``tooldisco.engine.rounds``), without a store."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from typing import Any, Callable
 
 import pytest
 
-from tooldisco import rounds
-from tooldisco.loop import Found, PhantomLoop, Search, Send
-from tooldisco.providers.anthropic import AnthropicAdapter
-from tooldisco.providers.base import Adapter, ToolResult
-from tooldisco.providers.bedrock import ConverseAdapter, InvokeAdapter
-from tooldisco.providers.gemini import GeminiAdapter
-from tooldisco.providers.openai_chat import OpenAIChatAdapter
-from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
+from tooldisco.engine import rounds
+from tooldisco.engine.loop import Found, PhantomLoop, Search, Send
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+from tooldisco.apis.base import Adapter
+from tooldisco.core.types import ToolResult
+from tooldisco.apis.bedrock.adapter import ConverseAdapter, InvokeAdapter
+from tooldisco.apis.gemini.adapter import GeminiAdapter
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
+from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter
 
 P = "gateway_search_tools"
 

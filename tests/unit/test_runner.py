@@ -6,17 +6,17 @@ import json
 import pytest
 
 from tooldisco.config import parse
-from tooldisco.engine import Engine
-from tooldisco.providers.anthropic import AnthropicAdapter
-from tooldisco.providers.bedrock import ConverseAdapter, InvokeAdapter
-from tooldisco.providers.gemini import GeminiAdapter
-from tooldisco.providers.openai_chat import OpenAIChatAdapter
-from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
-from tooldisco.loop import PhantomLoop
-from tooldisco.runner import Answer, Head, UpstreamFailed
+from tooldisco.engine.engine import Engine
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+from tooldisco.apis.bedrock.adapter import ConverseAdapter, InvokeAdapter
+from tooldisco.apis.gemini.adapter import GeminiAdapter
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
+from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter
+from tooldisco.engine.loop import PhantomLoop
+from tooldisco.core.answers import Answer, Head, UpstreamFailed
 from tooldisco.search.base import Catalog
-from tooldisco.stitch.base import Failure
-from tooldisco.streams.anthropic import AnthropicStreamDecoder, encode
+from tooldisco.apis.base import Failure
+from tooldisco.apis.anthropic.stream import AnthropicStreamDecoder, encode
 
 from tests.support.catalog import anthropic_tools
 
@@ -412,14 +412,14 @@ async def test_live_an_answer_that_is_no_stream_passes_as_sent(engine, raw):
 
 
 async def test_live_a_stream_longer_than_what_is_kept_is_relayed_whole(engine, monkeypatch):
-    monkeypatch.setattr("tooldisco.streams.common.MAX_ASSEMBLED_TEXT", 1000)
+    monkeypatch.setattr("tooldisco.apis.streaming.MAX_ASSEMBLED_TEXT", 1000)
     upstream = encode(message({"type": "text", "text": "long " * 2000}, stop="end_turn"))
     head, out = await collect(engine.runner(context(engine, True)).live(chunked(upstream, 300), None))
     assert head.status == 200 and out == upstream
 
 
 async def test_live_a_search_after_more_text_than_is_kept_ends_with_an_error(engine, monkeypatch):
-    monkeypatch.setattr("tooldisco.streams.common.MAX_ASSEMBLED_TEXT", 1000)
+    monkeypatch.setattr("tooldisco.apis.streaming.MAX_ASSEMBLED_TEXT", 1000)
     sent = []
 
     async def open_(b):

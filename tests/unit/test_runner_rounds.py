@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from tooldisco import rounds
-from tooldisco.runner import Answer
-from tooldisco.streams.anthropic import encode
+from tooldisco.engine import rounds
+from tooldisco.core.answers import Answer
+from tooldisco.apis.anthropic.stream import encode
 
 from tests.unit.test_runner import (
     FORECAST, KEY, A, P, body, chunked, collect, decoded, engine, message, search_call, whole,  # noqa: F401
@@ -149,7 +149,7 @@ async def test_a_mixed_turn_goes_on_with_its_search_answered(engine, stream):
 
 
 def test_store_keeps_rounds_per_tenant_and_session(tmp_path):
-    from tooldisco.sessions import SessionStore
+    from tooldisco.state.disk import SessionStore
 
     store = SessionStore(tmp_path / "s", ttl=60)
     store.keep_rounds("t1", "s1", "d", ['{"role":"assistant","content":[]}'])
@@ -163,7 +163,7 @@ async def test_live_chat_turn_matches_what_the_client_assembled(engine):
     """A stream's text is what the client reads from it (rounds' texts run on), not a JSON
     answer's merge: the record is keyed by the client's own assembly of the stitched stream."""
     from tests.support.catalog import openai_tools
-    from tooldisco.providers.openai_chat import OpenAIChatAdapter
+    from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
 
     chat = OpenAIChatAdapter()
 

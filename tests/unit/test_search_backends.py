@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from loguru import logger
 
-from tooldisco.bytecache import ENTRY_OVERHEAD
-from tooldisco.providers.base import Tool
+from tooldisco.core.bytecache import ENTRY_OVERHEAD
+from tooldisco.core.types import Tool
 from tooldisco.search import BACKENDS, QueryError, make_searcher
 from tooldisco.search import bm25_search, embeddings, hybrid_search, index_cache
 from tooldisco.search import base as search_base

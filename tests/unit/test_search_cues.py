@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tooldisco.providers.base import Tool
+from tooldisco.core.types import Tool
 from tooldisco.search.bm25_search import BM25Searcher, bm25_index
 from tooldisco.search.cues import cue_words
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tooldisco.config import parse
-from tooldisco.providers.base import RequestView, Tool
+from tooldisco.core.types import RequestView, Tool
 from tooldisco.search import Ranking, make_searcher, run_query, run_query_async
 from tooldisco.search import budget, patterns
 from tooldisco.search.patterns import (
@@ -34,7 +34,7 @@ from tooldisco.search.patterns import (
     compiled_bytes,
 )
 from tooldisco.search.regex_search import RegexSearcher
-from tooldisco.strategies import relevance
+from tooldisco.policy import relevance
 
 MB = 1 << 20
 

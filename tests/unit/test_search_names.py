@@ -10,7 +10,7 @@ from typing import Sequence
 
 import pytest
 
-from tooldisco.providers.base import Tool
+from tooldisco.core.types import Tool
 from tooldisco.search import make_searcher, run_query
 from tooldisco.search.base import Ranking, SearcherBase
 from tooldisco.search.names import MAX_NAMED, NamedFirst, name_forms, name_index

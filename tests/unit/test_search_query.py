@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import pytest
 
-from tooldisco.providers.base import Tool
+from tooldisco.core.types import Tool
 from tooldisco.search import BACKENDS, Ranking, first_sentence, make_searcher, run_query
 from tooldisco.search import hybrid_search
 

@@ -9,8 +9,8 @@ import pytest
 from aiohttp import web
 
 from tooldisco.config import ApiConfig
-from tooldisco.providers.base import Tool
-from tooldisco.selector_client import SelectorClient, validate
+from tooldisco.core.types import Tool
+from tooldisco.engine.selector_client import SelectorClient, validate
 
 TOOLS = [Tool(f"tool_{i}", json.dumps({"name": f"tool_{i}", "input_schema": {"type": "object"}}), f"does {i}")
          for i in range(5)]

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from loguru import logger
 from tooldisco import selector_service
-from tooldisco.providers.base import Tool
+from tooldisco.core.types import Tool
 from tooldisco.search import MAX_QUERY_CHARS, QueryError, Ranking
 from tooldisco.selector_service import (
     HEALTH_PATH,

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from tooldisco.sessions import SessionStore, private_cache
+from tooldisco.state.disk import SessionStore
+from tooldisco.core.private import private_cache
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def test_a_store_that_cannot_be_opened_goes_without_state_then_recovers(tmp_path
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Read-only (simulated: running as root ignores file modes): every call answers blank at
     once, one warning; once the directory is usable, a later call opens it."""
-    from tooldisco import sessions
+    from tooldisco.state import disk as sessions
 
     real = sessions.private_cache
     refused = [True]
@@ -157,7 +158,7 @@ def test_a_redis_update_losing_every_race_gives_up_within_its_timeout(monkeypatc
     import redis
 
     from tooldisco.config import RedisSettings
-    from tooldisco.redis_sessions import RedisSessionStore
+    from tooldisco.state.redis import RedisSessionStore
 
     store = RedisSessionStore(RedisSettings(url="redis://127.0.0.1:1/0", timeout=0.2))
 

@@ -15,11 +15,14 @@ from types import SimpleNamespace
 import diskcache.core
 import pytest
 import redis
-from tooldisco import sessions
+from tooldisco.state import base as state_base
+from tooldisco.state import disk as sessions
 from tooldisco.config import RedisSettings
-from tooldisco.redis_sessions import RedisSessionStore
-from tooldisco.sessions import SessionState, SessionStore, private_cache, session_key
-from tooldisco.tenants import tenant_of
+from tooldisco.state.redis import RedisSessionStore
+from tooldisco.state.base import SessionState, session_key
+from tooldisco.state.disk import SessionStore
+from tooldisco.core.private import private_cache
+from tooldisco.core.tenants import tenant_of
 
 from tests.support.redis_server import redis_server  # noqa: F401 (a fixture)
 from tests.support.semantic import needs_semantic
@@ -284,7 +287,7 @@ def test_a_test_of_the_race_can_fail(racing_store, monkeypatch):
 
 
 def test_names_are_bounded_oldest_absent_first(monkeypatch):
-    monkeypatch.setattr(sessions, "MAX_NAMES", 4)
+    monkeypatch.setattr(state_base, "MAX_NAMES", 4)
     s = SessionState()
     s.expand(list("abcdef"))
     assert s.expanded == list("cdef")

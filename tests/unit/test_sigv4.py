@@ -12,8 +12,8 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
-from tooldisco import sigv4
-from tooldisco.sigv4 import Status
+from tooldisco.net import sigv4
+from tooldisco.net.sigv4 import Status
 
 AKID, SECRET, TOKEN = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "IQoJb3JpZ2luX2VjEXAMPLE"
 PROXY = ReadOnlyCredentials(AKID, SECRET, TOKEN)

@@ -16,10 +16,10 @@ from typing import Any
 import anthropic as anthropic_sdk
 import pytest
 from test_streams_support import anthropic_final, fixture
-from tooldisco.providers.anthropic import AnthropicAdapter
-from tooldisco.stitch import Failure
-from tooldisco.streams import anthropic
-from tooldisco.streams.sse import SSEDecoder
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+from tooldisco.apis.base import Failure
+from tooldisco.apis.anthropic import stream as anthropic
+from tooldisco.apis.framing.sse import SSEDecoder
 
 from tests.support.stitch import CHUNKERS, P, Api, Chunker, chunker_id, decoder_of, drive, every_byte, stitched, whole
 

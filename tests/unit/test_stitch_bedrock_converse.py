@@ -16,10 +16,10 @@ from typing import Any
 import botocore.exceptions
 import pytest
 from test_streams_support import boto3_events, fixture
-from tooldisco.providers.bedrock import ConverseAdapter
-from tooldisco.stitch import Failure
-from tooldisco.streams.bedrock import ConverseStreamAssembler, converse_events, encode_converse
-from tooldisco.streams.eventstream import EventStreamDecoder, EventStreamError, Frame, encode_frame
+from tooldisco.apis.bedrock.adapter import ConverseAdapter
+from tooldisco.apis.base import Failure
+from tooldisco.apis.bedrock.stream import ConverseStreamAssembler, converse_events, encode_converse
+from tooldisco.apis.framing.eventstream import EventStreamDecoder, EventStreamError, Frame, encode_frame
 
 from tests.support.stitch import CHUNKERS, P, Api, Chunker, chunker_id, drive, every_byte, stitched, whole
 

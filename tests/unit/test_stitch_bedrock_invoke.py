@@ -22,11 +22,11 @@ from anthropic.lib.streaming._messages import accumulate_event
 from test_stitch_anthropic import ANSWER_CALL, ANSWER_TEXT, MIXED, PHANTOM_IDS, SEARCH_1, SEARCH_2, check_grammar, \
     expected, sdk_view
 from test_streams_support import anthropic_bedrock_final, boto3_events, fixture
-from tooldisco.providers.bedrock import InvokeAdapter
-from tooldisco.stitch import Failure
-from tooldisco.streams import anthropic
-from tooldisco.streams.bedrock import METRICS, encode_invoke
-from tooldisco.streams.eventstream import EventStreamDecoder, EventStreamError, Frame, encode_frame
+from tooldisco.apis.bedrock.adapter import InvokeAdapter
+from tooldisco.apis.base import Failure
+from tooldisco.apis.anthropic import stream as anthropic
+from tooldisco.apis.bedrock.stream import METRICS, encode_invoke
+from tooldisco.apis.framing.eventstream import EventStreamDecoder, EventStreamError, Frame, encode_frame
 
 from tests.support.stitch import CHUNKERS, P, Api, Chunker, chunker_id, decoder_of, drive, every_byte, stitched, whole
 

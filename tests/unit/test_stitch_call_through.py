@@ -21,9 +21,9 @@ from test_stitch_openai_chat import (
     payloads, sdk_stream_final, sdk_view, usage_of,
 )
 from test_streams_support import openai_chat_final, strip_nones
-from tooldisco.providers.gemini import STAND_IN_SIGNATURE, GeminiAdapter
-from tooldisco.providers.openai_chat import OpenAIChatAdapter
-from tooldisco.streams.openai_chat import encode
+from tooldisco.apis.gemini.adapter import STAND_IN_SIGNATURE, GeminiAdapter
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
+from tooldisco.apis.openai_chat.stream import encode
 
 from tests.fakeprovider.model import ToolCall as FakeCall
 from tests.support.stitch import CHUNKERS, P, Chunker, chunker_id, decoder_of, drive, every_byte, whole

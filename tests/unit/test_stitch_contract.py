@@ -1,4 +1,4 @@
-"""What the runner relies on from every stitcher (``tooldisco.stitch.base``), one set of
+"""What the runner relies on from every stitcher (``tooldisco.apis.base``), one set of
 scenarios run on every API: each API's rounds written as its provider writes them, every
 chunking, and the API's own decoder, grammar and official SDK as oracles (``Api``, built in
 test_stitch_<api>.py, which also holds what only that API has)."""
@@ -14,11 +14,11 @@ from test_stitch_gemini import API_ARRAY as GEMINI_ARRAY
 from test_stitch_gemini import API_SSE as GEMINI_SSE
 from test_stitch_openai_chat import API as CHAT
 from test_stitch_openai_responses import API as RESPONSES
-from tooldisco.providers.anthropic import AnthropicAdapter
-from tooldisco.providers.gemini import GeminiAdapter
-from tooldisco.providers.openai_chat import OpenAIChatAdapter
-from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
-from tooldisco.stitch import Failure
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+from tooldisco.apis.gemini.adapter import GeminiAdapter
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
+from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter
+from tooldisco.apis.base import Failure
 
 from tests.support.stitch import CHUNKERS, P, Api, Chunker, chunker_id, decoder_of, drive, every_byte, stitched, \
     summed, whole

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from google.genai import errors as genai_errors
 from test_streams_support import fixture, gemini_chunks
-from tooldisco.providers.gemini import STAND_IN_SIGNATURE, GeminiAdapter
-from tooldisco.stitch import Failure
-from tooldisco.streams import gemini
-from tooldisco.streams.sse import encode_event
+from tooldisco.apis.gemini.adapter import STAND_IN_SIGNATURE, GeminiAdapter
+from tooldisco.apis.base import Failure
+from tooldisco.apis.gemini import stream as gemini
+from tooldisco.apis.framing.sse import encode_event
 
 from tests.fakeprovider.model import Conversation, Reply, ToolCall, Usage
 from tests.fakeprovider.providers.gemini import Gemini

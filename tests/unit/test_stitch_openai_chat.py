@@ -17,10 +17,10 @@ from typing import Any
 import openai
 import pytest
 from test_streams_support import fixture, mock_http, openai_chat_final, strip_nones
-from tooldisco.providers.openai_chat import OpenAIChatAdapter
-from tooldisco.stitch import Failure, RoundEnd
-from tooldisco.streams.openai_chat import encode
-from tooldisco.streams.sse import SSEDecoder
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
+from tooldisco.apis.base import Failure, RoundEnd
+from tooldisco.apis.openai_chat.stream import encode
+from tooldisco.apis.framing.sse import SSEDecoder
 
 from tests.fakeprovider.model import Conversation, Reply, ToolCall, Usage
 from tests.fakeprovider.providers.openai_chat import OpenAIChat

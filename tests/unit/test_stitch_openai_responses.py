@@ -19,10 +19,10 @@ import openai
 import pytest
 from test_adapters_responses import call, message, reasoning, response, usage_of
 from test_streams_support import fixture, openai_responses_final, strip_nones
-from tooldisco.providers.openai_responses import OpenAIResponsesAdapter
-from tooldisco.stitch import Failure, RoundEnd
-from tooldisco.streams.openai_responses import encode
-from tooldisco.streams.sse import SSEDecoder, encode_event
+from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter
+from tooldisco.apis.base import Failure, RoundEnd
+from tooldisco.apis.openai_responses.stream import encode
+from tooldisco.apis.framing.sse import SSEDecoder, encode_event
 
 from tests.fakeprovider.model import Conversation, Reply, ToolCall, Usage
 from tests.fakeprovider.providers.openai_responses import OpenAIResponses

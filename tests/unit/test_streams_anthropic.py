@@ -6,9 +6,9 @@ import json
 
 import pytest
 from test_streams_support import anthropic_final, decode, every_split, fixture, random_chunkings
-from tooldisco.streams import anthropic
-from tooldisco.streams.common import IncompleteStream, StreamError
-from tooldisco.streams.sse import SSEDecoder
+from tooldisco.apis.anthropic import stream as anthropic
+from tooldisco.apis.streaming import IncompleteStream, StreamError
+from tooldisco.apis.framing.sse import SSEDecoder
 
 FIXTURES = ["anthropic_thinking_tool.sse", "anthropic_server_tools_crlf.sse"]
 

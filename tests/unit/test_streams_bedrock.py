@@ -15,9 +15,10 @@ from test_streams_support import (
     fixture,
     random_chunkings,
 )
-from tooldisco.streams import anthropic, bedrock
-from tooldisco.streams.common import StreamError
-from tooldisco.streams.eventstream import EventStreamDecoder, EventStreamError, encode_frame
+from tooldisco.apis.anthropic import stream as anthropic
+from tooldisco.apis.bedrock import stream as bedrock
+from tooldisco.apis.streaming import StreamError
+from tooldisco.apis.framing.eventstream import EventStreamDecoder, EventStreamError, encode_frame
 
 pytest.importorskip("boto3")  # boto3 reads our streams back; a dev dependency of these tests
 

@@ -10,8 +10,19 @@ from typing import Any
 import pytest
 from openai.lib.streaming._deltas import accumulate_delta
 from test_streams_support import decode, fixture
-from tooldisco.streams import anthropic, bedrock, gemini, openai_chat, openai_responses
-from tooldisco.streams.common import MAX_DEPTH, Fragments, IncompleteStream, StreamError, loads_or_text, merge_delta
+from tooldisco.apis.anthropic import stream as anthropic
+from tooldisco.apis.bedrock import stream as bedrock
+from tooldisco.apis.gemini import stream as gemini
+from tooldisco.apis.openai_chat import stream as openai_chat
+from tooldisco.apis.openai_responses import stream as openai_responses
+from tooldisco.apis.streaming import (
+    MAX_DEPTH,
+    Fragments,
+    IncompleteStream,
+    StreamError,
+    loads_or_text,
+    merge_delta,
+)
 
 CASES = [
     (anthropic.AnthropicStreamDecoder, "anthropic_thinking_tool.sse"),
@@ -162,7 +173,7 @@ def test_loads_or_text_takes_json_up_to_the_depth_the_assemblers_copy(text: str,
 
 
 def test_fragments_keep_their_text_and_join_runs_as_they_come():
-    from tooldisco.streams.common import Fragments
+    from tooldisco.apis.streaming import Fragments
 
     f, target = Fragments(), {}
     pieces = [f"{i}," for i in range(5000)]
@@ -174,7 +185,7 @@ def test_fragments_keep_their_text_and_join_runs_as_they_come():
 
 
 def test_fragments_past_the_limit_are_dropped_and_said():
-    from tooldisco.streams.common import Fragments
+    from tooldisco.apis.streaming import Fragments
 
     f, target = Fragments(limit=10), {}
     for p in ("abcd", "efgh", "ijkl"):

@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 from test_streams_support import decode, every_split, fixture, random_chunkings
-from tooldisco.streams.eventstream import EventStreamDecoder, EventStreamError, Frame, encode_frame
+from tooldisco.apis.framing.eventstream import EventStreamDecoder, EventStreamError, Frame, encode_frame
 
 # botocore's parser is the reference; boto3 is a dev dependency of these tests.
 EventStreamBuffer = pytest.importorskip("botocore.eventstream").EventStreamBuffer

@@ -6,8 +6,8 @@ import json
 
 import pytest
 from test_streams_support import decode, every_split, fixture, gemini_chunks, random_chunkings
-from tooldisco.streams import gemini
-from tooldisco.streams.common import StreamError
+from tooldisco.apis.gemini import stream as gemini
+from tooldisco.apis.streaming import StreamError
 
 FIXTURES = ["gemini_thoughts_calls.sse", "gemini_text_array.json"]
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 from test_streams_support import decode, every_split, fixture, openai_chat_final, random_chunkings, strip_nones
-from tooldisco.streams import openai_chat
-from tooldisco.streams.common import StreamError
-from tooldisco.streams.sse import SSEDecoder
+from tooldisco.apis.openai_chat import stream as openai_chat
+from tooldisco.apis.streaming import StreamError
+from tooldisco.apis.framing.sse import SSEDecoder
 
 FIXTURES = [("openai_chat_tools_usage.sse", True), ("openai_chat_refusal_no_usage.sse", False)]
 # Fields the SDK's parsed models add on top of the wire object.

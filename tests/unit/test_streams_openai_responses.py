@@ -6,9 +6,9 @@ import json
 
 import pytest
 from test_streams_support import decode, every_split, fixture, openai_responses_final, random_chunkings, strip_nones
-from tooldisco.streams import openai_responses
-from tooldisco.streams.common import StreamError
-from tooldisco.streams.sse import SSEDecoder
+from tooldisco.apis.openai_responses import stream as openai_responses
+from tooldisco.apis.streaming import StreamError
+from tooldisco.apis.framing.sse import SSEDecoder
 
 FIXTURE = "openai_responses_reasoning_tool.sse"
 SDK_ADDED = frozenset({"parsed", "parsed_arguments"})

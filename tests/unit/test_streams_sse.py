@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from openai._streaming import SSEDecoder as OpenAISSEDecoder
 from test_streams_support import decode, every_split, fixture, random_chunkings
-from tooldisco.streams.sse import SSEDecoder, SSEEvent, encode_event
+from tooldisco.apis.framing.sse import SSEDecoder, SSEEvent, encode_event
 
 MIXED = (
     b"\xef\xbb\xbf: leading comment\r\n"

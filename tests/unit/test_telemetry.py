@@ -6,7 +6,7 @@ import json
 
 from loguru import logger
 
-from tooldisco.telemetry import Record, SearchRecord, TelemetrySink
+from tooldisco.engine.telemetry import Record, SearchRecord, TelemetrySink
 
 
 def _written(sink: TelemetrySink) -> list[dict]:

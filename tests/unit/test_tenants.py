@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from tooldisco.tenants import tenant_of
+from tooldisco.core.tenants import tenant_of
 
 ANTHROPIC = "sk-ant-api03-R2D2C3POxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
 GEMINI = "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW"

@@ -12,7 +12,7 @@ import pytest
 from aiohttp.client_reqrep import ConnectionKey
 
 from tooldisco.net.upstream import UpstreamClient, UpstreamOptions
-from tooldisco.runner import UpstreamFailed
+from tooldisco.core.answers import UpstreamFailed
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}"
 

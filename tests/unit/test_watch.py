@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "addon"))
 import tool_discovery  # noqa: E402
 from tooldisco.net.upstream import UpstreamClient, UpstreamOptions  # noqa: E402
-from tooldisco_watch import rounds, summary, tools  # noqa: E402
-from tooldisco_watch.view import FLOW_KEY  # noqa: E402
+from tooldisco.watch import rounds, summary, tools  # noqa: E402
+from tooldisco.watch.view import FLOW_KEY  # noqa: E402
 
 from tests.support.catalog import anthropic_tools  # noqa: E402
 

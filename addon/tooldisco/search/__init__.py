@@ -5,11 +5,11 @@ answers the model's call to the search tool with it, and ``run_query_async`` doe
 the event loop within a wall-clock budget. No mitmproxy in here.
 """
 
-from .base import MAX_QUERY_CHARS, QueryError, Ranking, Searcher
-from .brief import first_sentence
-from .budget import run_query_async
-from .factory import BACKENDS, make_searcher
-from .phantom_query import SearchOutcome, run_query
+from tooldisco.search.base import MAX_QUERY_CHARS, QueryError, Ranking, Searcher
+from tooldisco.search.brief import first_sentence
+from tooldisco.search.budget import run_query_async
+from tooldisco.search.factory import BACKENDS, make_searcher
+from tooldisco.search.phantom_query import SearchOutcome, run_query
 
 __all__ = [
     "BACKENDS",

@@ -6,12 +6,12 @@ into a searcher, so the set of names (``BACKENDS``) and the set of classes canno
 
 from __future__ import annotations
 
-from .base import Searcher
-from .bm25_search import BM25Searcher
-from .fuzzy_search import FuzzySearcher
-from .hybrid_search import HybridSearcher
-from .names import NamedFirst
-from .regex_search import RegexSearcher
+from tooldisco.search.base import Searcher
+from tooldisco.search.bm25_search import BM25Searcher
+from tooldisco.search.fuzzy_search import FuzzySearcher
+from tooldisco.search.hybrid_search import HybridSearcher
+from tooldisco.search.names import NamedFirst
+from tooldisco.search.regex_search import RegexSearcher
 
 BACKENDS: tuple[str, ...] = ("regex", "bm25", "hybrid", "fuzzy")
 
