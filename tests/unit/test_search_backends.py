@@ -12,7 +12,8 @@ from loguru import logger
 
 from tooldisco.core.bytecache import ENTRY_OVERHEAD
 from tooldisco.core.types import Tool
-from tooldisco.search import BACKENDS, QueryError, make_searcher
+from tooldisco.search.factory import BACKENDS, make_searcher
+from tooldisco.search.base import QueryError
 from tooldisco.search import bm25_search, embeddings, hybrid_search, index_cache
 from tooldisco.search import base as search_base
 from tooldisco.search.base import WARM_UP_QUERY, Catalog, catalog_key

@@ -24,7 +24,10 @@ from hypothesis import strategies as st
 
 from tooldisco.config import parse
 from tooldisco.core.types import RequestView, Tool
-from tooldisco.search import Ranking, make_searcher, run_query, run_query_async
+from tooldisco.search.base import Ranking
+from tooldisco.search.factory import make_searcher
+from tooldisco.search.phantom_query import run_query
+from tooldisco.search.budget import run_query_async
 from tooldisco.search import budget, patterns
 from tooldisco.search.patterns import (
     PatternTooExpensive,

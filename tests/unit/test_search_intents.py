@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tooldisco.core.types import Tool
-from tooldisco.search import make_searcher
+from tooldisco.search.factory import make_searcher
 from tooldisco.search.bm25_search import bm25_index
 from tooldisco.search.intents import MAX_INTENTS, ranked, search, split_intents
 

@@ -11,7 +11,8 @@ from typing import Sequence
 import pytest
 
 from tooldisco.core.types import Tool
-from tooldisco.search import make_searcher, run_query
+from tooldisco.search.factory import make_searcher
+from tooldisco.search.phantom_query import run_query
 from tooldisco.search.base import Ranking, SearcherBase
 from tooldisco.search.names import MAX_NAMED, NamedFirst, name_forms, name_index
 from tooldisco.search.tokens import words

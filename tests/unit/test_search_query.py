@@ -8,7 +8,10 @@ from typing import Any, Sequence
 import pytest
 
 from tooldisco.core.types import Tool
-from tooldisco.search import BACKENDS, Ranking, first_sentence, make_searcher, run_query
+from tooldisco.search.factory import BACKENDS, make_searcher
+from tooldisco.search.base import Ranking
+from tooldisco.search.brief import first_sentence
+from tooldisco.search.phantom_query import run_query
 from tooldisco.search import hybrid_search
 
 

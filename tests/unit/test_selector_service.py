@@ -20,7 +20,7 @@ import pytest
 from loguru import logger
 from tooldisco import selector_service
 from tooldisco.core.types import Tool
-from tooldisco.search import MAX_QUERY_CHARS, QueryError, Ranking
+from tooldisco.search.base import MAX_QUERY_CHARS, QueryError, Ranking
 from tooldisco.selector_service import (
     HEALTH_PATH,
     SEARCH_PATH,

@@ -1,8 +1,9 @@
-"""Which adapter speaks for a request: by path, once the host is known to be processed."""
+"""Which wire API speaks for a request (``ROUTES``): by path, once the host is known to be processed."""
 
 from __future__ import annotations
 
 import re
+from typing import Callable
 from urllib.parse import parse_qs, unquote
 
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter
@@ -29,6 +30,43 @@ def _alt_sse(query: str) -> bool:
     return "sse" in params.get("alt", []) + params.get("$alt", [])
 
 
+# The registry: one row per wire API, tried in order; each row reads the request's path (its
+# query apart) and gives the adapter that speaks for it, or None. A new API is one package
+# under ``tooldisco.apis`` and one row here.
+Route = Callable[[str, str], Adapter | None]
+
+
+def _anthropic(path: str, query: str) -> Adapter | None:
+    return _ANTHROPIC if path.endswith("/v1/messages") else None
+
+
+def _openai_chat(path: str, query: str) -> Adapter | None:
+    return _CHAT if path.endswith("/chat/completions") else None
+
+
+def _openai_responses(path: str, query: str) -> Adapter | None:
+    return _RESPONSES if path.endswith("/responses") else None
+
+
+def _gemini(path: str, query: str) -> Adapter | None:
+    if gemini := _GEMINI.search(unquote(path)):
+        stream = gemini.group(1) == "streamGenerateContent"
+        return GeminiAdapter(stream=stream, sse=stream and _alt_sse(query))
+    return None
+
+
+def _bedrock(path: str, query: str) -> Adapter | None:
+    if bedrock := _BEDROCK.search(path):
+        operation = bedrock.group(2)
+        if operation.startswith("converse"):
+            return _CONVERSE[operation == "converse-stream"]
+        return InvokeAdapter(operation == "invoke-with-response-stream", unquote(bedrock.group(1)))
+    return None
+
+
+ROUTES: tuple[Route, ...] = (_anthropic, _openai_chat, _openai_responses, _gemini, _bedrock)
+
+
 def detect(method: str, path: str, host: str | None = None) -> Adapter | None:
     """``path`` may carry a query string (Claude Code sends ``/v1/messages?beta=true``).
 
@@ -43,18 +81,7 @@ def detect(method: str, path: str, host: str | None = None) -> Adapter | None:
         return None
     raw, _, query = path.partition("?")
     p = raw.rstrip("/")
-    if p.endswith("/v1/messages"):
-        return _ANTHROPIC
-    if p.endswith("/chat/completions"):
-        return _CHAT
-    if p.endswith("/responses"):
-        return _RESPONSES
-    if gemini := _GEMINI.search(unquote(p)):
-        stream = gemini.group(1) == "streamGenerateContent"
-        return GeminiAdapter(stream=stream, sse=stream and _alt_sse(query))
-    if bedrock := _BEDROCK.search(p):
-        operation = bedrock.group(2)
-        if operation.startswith("converse"):
-            return _CONVERSE[operation == "converse-stream"]
-        return InvokeAdapter(operation == "invoke-with-response-stream", unquote(bedrock.group(1)))
+    for route in ROUTES:
+        if (adapter := route(p, query)) is not None:
+            return adapter
     return None

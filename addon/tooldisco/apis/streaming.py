@@ -15,7 +15,7 @@ from collections.abc import Hashable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from tooldisco.core.jsonspan import dumps  # the one JSON writer; the stream encoders and stitchers take it from here
+from tooldisco.core.jsonspan import dumps  # noqa: F401  the one JSON writer; the stream encoders and stitchers take it from here
 from tooldisco.apis.framing.sse import SSEDecoder
 
 

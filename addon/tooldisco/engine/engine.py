@@ -21,7 +21,8 @@ from tooldisco.apis.base import Adapter
 from tooldisco.core.types import RequestView
 from tooldisco.apis.registry import detect
 from tooldisco.engine.runner import LoopRunner
-from tooldisco.search import MAX_QUERY_CHARS, make_searcher
+from tooldisco.search.base import MAX_QUERY_CHARS
+from tooldisco.search.factory import make_searcher
 from tooldisco.engine.searches import SearchService
 from tooldisco.engine.selector_client import SelectorClient
 from tooldisco.state.disk import SessionStore

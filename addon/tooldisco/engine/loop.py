@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
+from typing import Any, Mapping, Sequence, cast
 
 from tooldisco.apis.base import Adapter, CallThroughAdapter
 from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
-
-if TYPE_CHECKING:
-    from tooldisco.policy.call_through import Dispatch
-    from tooldisco.core.types import Target
+from tooldisco.policy.call_through import Dispatch
+from tooldisco.core.types import Target
 
 
 @dataclass(frozen=True)

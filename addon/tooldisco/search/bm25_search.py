@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from tooldisco.core.types import Tool
-from tooldisco.search import cues
+import tooldisco.search.cues as cues
 from tooldisco.search.base import Ranking, SearcherBase
 from tooldisco.search.documents import FIELD_WEIGHTS, fields
 from tooldisco.search.fuzzy_search import fuzzy_index

@@ -26,6 +26,10 @@ from tooldisco.apis.common import (
     tool_spans,
     user_text,
 )
+from tooldisco.apis.anthropic.stream import AnthropicStreamDecoder
+from tooldisco.apis.anthropic.stream import encode
+from tooldisco.apis.anthropic.stitch import error_object
+from tooldisco.apis.anthropic.stitch import AnthropicStitcher
 
 # Claude Code's own deferred-tool search tool: the client answers it, we must not hide it.
 CLIENT_SEARCH_TOOLS = frozenset({"ToolSearch"})
@@ -220,23 +224,15 @@ class AnthropicAdapter(AdapterDefaults):
         return [{"role": "assistant", "content": message.get("content")}]
 
     def decoder(self) -> StreamDecoder:
-        from tooldisco.apis.anthropic.stream import AnthropicStreamDecoder
-
         return AnthropicStreamDecoder()
 
     def encode_stream(self, message: dict[str, Any]) -> bytes:
-        from tooldisco.apis.anthropic.stream import encode
-
         return encode(message)
 
     def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
         """Anthropic's error body: ``{"type": "error", "error": {"type", "message"}}``."""
-        from tooldisco.apis.anthropic.stitch import error_object
-
         body = {"type": "error", "error": error_object(failure)}
         return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
     def stitcher(self, phantom: str, body: str) -> Stitcher:
-        from tooldisco.apis.anthropic.stitch import AnthropicStitcher
-
         return AnthropicStitcher(phantom)

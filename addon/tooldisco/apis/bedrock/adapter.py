@@ -35,6 +35,13 @@ from tooldisco.apis.common import (
     tool_spans,
     user_text,
 )
+from tooldisco.apis.bedrock.stitch import EXCEPTIONS
+from tooldisco.apis.bedrock.stream import ConverseStreamDecoder
+from tooldisco.apis.bedrock.stream import encode_converse
+from tooldisco.apis.bedrock.stitch import ConverseStitcher
+from tooldisco.apis.bedrock.stream import InvokeStreamDecoder
+from tooldisco.apis.bedrock.stream import encode_invoke
+from tooldisco.apis.bedrock.stitch_invoke import InvokeStitcher
 
 _TOOLS = ["toolConfig", "tools"]
 # Bedrock gates Claude's deferred tools and tool references behind this beta, named in the body.
@@ -198,30 +205,22 @@ class ConverseAdapter(AdapterDefaults):
         return [as_dict(message.get("output")).get("message")]
 
     def decoder(self) -> StreamDecoder:
-        from tooldisco.apis.bedrock.stream import ConverseStreamDecoder
-
         return ConverseStreamDecoder()
 
     def encode_stream(self, message: dict[str, Any]) -> bytes:
-        from tooldisco.apis.bedrock.stream import encode_converse
-
         return encode_converse(message)
 
     def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
         return _error_body(failure)
 
     def stitcher(self, phantom: str, body: str) -> Stitcher:
-        from tooldisco.apis.bedrock.stitch import ConverseStitcher
-
         return ConverseStitcher(phantom)
 
 
 def _error_body(failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
     """Bedrock's error answer: the exception's name in ``x-amzn-ErrorType`` (what botocore reads
     the error code from) and ``{"message"}`` as the body."""
-    from tooldisco.apis.bedrock.stitch import _EXCEPTIONS
-
-    name = _EXCEPTIONS[error_kind(failure.status)]
+    name = EXCEPTIONS[error_kind(failure.status)]
     body = jsonspan.dumps({"message": failure.text()}).encode("utf-8")
     return [("content-type", "application/json"), ("x-amzn-ErrorType", name[0].upper() + name[1:])], body
 
@@ -276,19 +275,13 @@ class InvokeAdapter(AnthropicAdapter):
         return dataclasses.replace(super().parse(body), stream=self.stream)
 
     def decoder(self) -> StreamDecoder:
-        from tooldisco.apis.bedrock.stream import InvokeStreamDecoder
-
         return InvokeStreamDecoder()
 
     def encode_stream(self, message: dict[str, Any]) -> bytes:
-        from tooldisco.apis.bedrock.stream import encode_invoke
-
         return encode_invoke(message)
 
     def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
         return _error_body(failure)
 
     def stitcher(self, phantom: str, body: str) -> Stitcher:
-        from tooldisco.apis.bedrock.stitch_invoke import InvokeStitcher
-
         return InvokeStitcher(phantom)

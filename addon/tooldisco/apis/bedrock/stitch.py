@@ -36,7 +36,7 @@ from tooldisco.apis.base import Failure, RoundEnd, Stitcher, error_kind
 
 # error_kind -> a ConverseStreamOutput exception member (botocore's bedrock-runtime model);
 # a type outside the union would reach boto3 users without its code.
-_EXCEPTIONS = {
+EXCEPTIONS = {
     "rate_limit": "throttlingException",
     "overloaded": "serviceUnavailableException",
     "timeout": "modelStreamErrorException",
@@ -101,7 +101,7 @@ class ConverseStitcher(Stitcher):
             return out
         self._ended = True
         headers = {
-            ":exception-type": _EXCEPTIONS[error_kind(failure.status)],
+            ":exception-type": EXCEPTIONS[error_kind(failure.status)],
             ":content-type": "application/json",
             ":message-type": "exception",
         }

@@ -28,7 +28,7 @@ from tooldisco.apis.anthropic.stitch import AnthropicEventStitcher, EventDecoder
 from tooldisco.apis.base import Failure, error_kind
 
 # error_kind -> the InvokeModelWithResponseStream exception (members of its ResponseStream union).
-_EXCEPTIONS = {
+EXCEPTIONS = {
     "rate_limit": "throttlingException",
     "overloaded": "serviceUnavailableException",
     "timeout": "modelTimeoutException",
@@ -58,7 +58,7 @@ class InvokeStitcher(AnthropicEventStitcher):
 
     def _error_bytes(self, failure: Failure) -> bytes:
         headers = {
-            ":exception-type": _EXCEPTIONS[error_kind(failure.status)],
+            ":exception-type": EXCEPTIONS[error_kind(failure.status)],
             ":content-type": "application/json",
             ":message-type": "exception",
         }

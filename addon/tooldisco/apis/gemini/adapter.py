@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Sequence
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
@@ -20,6 +20,7 @@ from tooldisco.apis.base import Failure, Stitcher
 from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
+from tooldisco.apis.gemini.messages import STAND_IN_SIGNATURE, _field, _parts, call_of, merge
 from tooldisco.apis.common import (
     History,
     AdapterDefaults,
@@ -31,26 +32,20 @@ from tooldisco.apis.common import (
     parsed_tools,
     query_schema,
     replace_array,
-    sum_usage,
     tool_spans,
     user_text,
     wrap_history,
 )
-
-if TYPE_CHECKING:
-    from tooldisco.policy.call_through import Dispatch
-    from tooldisco.core.types import Target
+from tooldisco.apis.gemini.stream import fold_parts
+from tooldisco.apis.gemini.stream import GeminiStreamDecoder
+from tooldisco.apis.gemini.stream import encode
+from tooldisco.apis.base import dispatcher_schema
+from tooldisco.apis.gemini.stitch import error_object
+from tooldisco.apis.gemini.stitch import GeminiStitcher
+from tooldisco.apis.base import Dispatcher
+from tooldisco.core.types import Target
 
 _DECLARATIONS = ("functionDeclarations", "function_declarations")
-# Google's documented thoughtSignature for a function call whose own signature is unavailable.
-STAND_IN_SIGNATURE = "skip_thought_signature_validator"
-
-
-def _field(d: Any, camel: str, snake: str) -> Any:
-    """A field under either spelling (the REST API takes both)."""
-    if not isinstance(d, dict):
-        return None
-    return d[camel] if camel in d else d.get(snake)
 
 
 def _declarations_key(entry: str) -> str | None:
@@ -68,12 +63,6 @@ def _without(entry: str, key: str) -> str:
     return "{" + ",".join(kept) + "}"
 
 
-def _parts(message: dict[str, Any]) -> list[Any]:
-    candidates = as_list(message.get("candidates"))
-    content = as_dict(candidates[0]).get("content") if candidates else None
-    return as_list(as_dict(content).get("parts"))
-
-
 def _calls_in(parts: Iterable[Any]) -> list[tuple[ToolCall, dict[str, Any]]]:
     """Each functionCall among ``parts`` with its call object."""
     out: list[tuple[ToolCall, dict[str, Any]]] = []
@@ -82,16 +71,6 @@ def _calls_in(parts: Iterable[Any]) -> list[tuple[ToolCall, dict[str, Any]]]:
         if isinstance(call, dict):
             out.append((call_of(call, len(out)), call))
     return out
-
-
-def call_of(call: dict[str, Any], rank: int) -> ToolCall:
-    """A functionCall object, the ``rank``-th call of its turn. The API gives calls an ``id``
-    only sometimes; without one, ``name#rank`` stands in."""
-    name = str(call.get("name"))
-    given = call.get("id")
-    args = call.get("args")
-    return ToolCall(given if isinstance(given, str) and given else f"{name}#{rank}", name,
-                    args if args is not None else {})
 
 
 def _call_parts(message: dict[str, Any]) -> list[tuple[ToolCall, dict[str, Any]]]:
@@ -154,17 +133,6 @@ def _without_call_ids(content: Any) -> Any:
             p = {**p, key: {k: v for k, v in p[key].items() if k != "id"}}
         out.append(p)
     return {**content, "parts": out}
-
-
-def _by_modality(lists: Iterable[Any]) -> list[dict[str, Any]]:
-    """``*TokensDetails`` lists (``[{modality, tokenCount}]``) summed modality by modality."""
-    counts: dict[str | None, int] = {}
-    for details in lists:
-        for d in map(as_dict, as_list(details)):
-            modality, count = d.get("modality"), d.get("tokenCount")
-            if isinstance(count, int) and (modality is None or isinstance(modality, str)):
-                counts[modality] = counts.get(modality, 0) + count
-    return [{"modality": m, "tokenCount": n} for m, n in counts.items()]
 
 
 @memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
@@ -384,24 +352,7 @@ class GeminiAdapter(AdapterDefaults):
         return wrap_history(body, ["contents"], names, dispatcher, '"function', _history_calls, _wrapped_content)
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """Parts of the first candidate in order, usage summed (details per modality);
-        ``responseId`` is round one's, the rest is the last round's."""
-        out = dict(rounds[-1])
-        if "responseId" in rounds[0]:
-            out["responseId"] = rounds[0]["responseId"]
-        candidates = as_list(out.get("candidates"))
-        if candidates and isinstance(candidates[0], dict):
-            first = dict(candidates[0])
-            first["content"] = {**as_dict(first.get("content")), "parts": [p for r in rounds for p in _parts(r)]}
-            out["candidates"] = [first, *candidates[1:]]
-        usages: list[dict[str, Any]] = [u for r in rounds if isinstance(u := r.get("usageMetadata"), dict)]
-        usage = sum_usage(usages)
-        if usage is not None:
-            for key, value in usage.items():
-                if isinstance(value, list):
-                    usage[key] = _by_modality(u.get(key) for u in usages)
-            out["usageMetadata"] = usage
-        return out
+        return merge(rounds)
 
     def history_path(self, body: str) -> tuple[str, ...] | None:
         return ("contents",)
@@ -420,8 +371,6 @@ class GeminiAdapter(AdapterDefaults):
         carries it into the restored turn). A run of model contents as one, its text parts folded
         as a stream is assembled (``streams.gemini.fold_parts``): a streamed answer comes in one
         part (or one content) per chunk, which a client may keep as they came or join."""
-        from tooldisco.apis.gemini.stream import fold_parts
-
         out: list[Any] = []
         for entry in map(_without_call_ids, map(_same_bytes, entries)):
             parts = entry.get("parts") if isinstance(entry, dict) else None
@@ -489,29 +438,19 @@ class GeminiAdapter(AdapterDefaults):
         return [jsonspan.dumps({**entry, "parts": answers + rest}), *following[1:]]
 
     def decoder(self) -> StreamDecoder:
-        from tooldisco.apis.gemini.stream import GeminiStreamDecoder
-
         return GeminiStreamDecoder()
 
     def encode_stream(self, message: dict[str, Any]) -> bytes:
-        from tooldisco.apis.gemini.stream import encode
-
         return encode(message, sse=self.sse)
 
     def dispatcher_tool(self, name: str, description: str) -> str:
         # JSON Schema: the OpenAPI subset of ``parameters`` has no free-form object for ``arguments``.
-        from tooldisco.apis.base import dispatcher_schema as schema
-
-        return jsonspan.dumps({"name": name, "description": description, "parametersJsonSchema": schema()})
+        return jsonspan.dumps({"name": name, "description": description, "parametersJsonSchema": dispatcher_schema()})
 
     def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
         """Google's error body: ``{"error": {"code", "message", "status"}}``."""
-        from tooldisco.apis.gemini.stitch import _error_object
-
-        body = {"error": _error_object(failure)}
+        body = {"error": error_object(failure)}
         return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
-    def stitcher(self, phantom: str, body: str, dispatch: Dispatch | None = None) -> Stitcher:
-        from tooldisco.apis.gemini.stitch import GeminiStitcher
-
+    def stitcher(self, phantom: str, body: str, dispatch: Dispatcher | None = None) -> Stitcher:
         return GeminiStitcher(phantom, sse=self.sse, dispatch=dispatch)

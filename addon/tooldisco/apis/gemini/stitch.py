@@ -31,16 +31,14 @@ holds one, else the canonical status for the HTTP status.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tooldisco.apis.gemini.adapter import STAND_IN_SIGNATURE, GeminiAdapter, call_of
+from tooldisco.apis.gemini.messages import STAND_IN_SIGNATURE, call_of, merge
 from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, as_list, dumps
 from tooldisco.apis.gemini.stream import SSE_NEWLINE, GeminiStreamDecoder
 from tooldisco.apis.framing.sse import encode_event
 from tooldisco.apis.base import Failure, RoundEnd, Stitcher, error_kind
-
-if TYPE_CHECKING:
-    from tooldisco.policy.call_through import Dispatch
+from tooldisco.apis.base import Dispatcher
 
 # error_kind -> google.rpc.Code name (the ``status`` of Google's HTTP error mapping).
 _STATUSES = {
@@ -58,14 +56,13 @@ _CLOSING_CANDIDATE = ("finishReason", "finishMessage")
 _SEPARATOR, _END = b"\n,\r\n", b"\n]"
 _ELEMENT_PREFIX = re.compile(rb"\s*[\[,]?\s*")
 _ARRAY_END = re.compile(rb"\s*\]\s*")
-_USAGE = GeminiAdapter(stream=True)
 
 
 def _plus(earlier: dict[str, Any] | None, usage: Any) -> Any:
     """``usage`` with the earlier rounds' totals added, by the rule ``GeminiAdapter.merge`` sums with."""
     if earlier is None or not isinstance(usage, dict):
         return usage
-    return _USAGE.merge([{"usageMetadata": earlier}, {"usageMetadata": usage}])["usageMetadata"]
+    return merge([{"usageMetadata": earlier}, {"usageMetadata": usage}])["usageMetadata"]
 
 
 def _finishes(chunk: dict[str, Any]) -> bool:
@@ -99,7 +96,7 @@ def _without_closing(chunk: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _error_object(failure: Failure) -> dict[str, Any]:
+def error_object(failure: Failure) -> dict[str, Any]:
     """Google's error object: the upstream's own, completed with the code and status of the
     failure so that google-genai picks the right exception class."""
     status = failure.status if 400 <= failure.status < 600 else 500
@@ -110,7 +107,7 @@ def _error_object(failure: Failure) -> dict[str, Any]:
 class GeminiStitcher(Stitcher):
     """Gemini chunks in the client's framing (``sse``: ``alt=sse``, else the JSON array)."""
 
-    def __init__(self, phantom: str, sse: bool = True, dispatch: Dispatch | None = None) -> None:
+    def __init__(self, phantom: str, sse: bool = True, dispatch: Dispatcher | None = None) -> None:
         super().__init__(phantom)
         self.sse = sse
         self.dispatch = dispatch
@@ -176,7 +173,7 @@ class GeminiStitcher(Stitcher):
         if self._ended:
             return out
         self._ended = True
-        error = dumps({"error": _error_object(failure)})
+        error = dumps({"error": error_object(failure)})
         if self.sse:
             return out + encode_event(error, newline=SSE_NEWLINE)
         return out + (_SEPARATOR if self._opened else b"[") + error.encode("utf-8") + _END

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Sequence
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
@@ -27,10 +27,13 @@ from tooldisco.apis.common import (
     user_text,
     wrap_history,
 )
-
-if TYPE_CHECKING:
-    from tooldisco.policy.call_through import Dispatch
-    from tooldisco.core.types import Target
+from tooldisco.apis.openai_chat.stream import ChatCompletionStreamDecoder
+from tooldisco.apis.openai_chat.stream import encode
+from tooldisco.apis.base import dispatcher_schema
+from tooldisco.apis.openai_chat.stitch import error_object
+from tooldisco.apis.openai_chat.stitch import ChatStitcher
+from tooldisco.apis.base import Dispatcher
+from tooldisco.core.types import Target
 
 
 def _texts(content: Any) -> list[Any]:
@@ -289,29 +292,19 @@ class OpenAIChatAdapter(AdapterDefaults):
         return out
 
     def decoder(self) -> StreamDecoder:
-        from tooldisco.apis.openai_chat.stream import ChatCompletionStreamDecoder
-
         return ChatCompletionStreamDecoder()
 
     def encode_stream(self, message: dict[str, Any]) -> bytes:
-        from tooldisco.apis.openai_chat.stream import encode
-
         return encode(message, include_usage=message.get("usage") is not None)
 
     def dispatcher_tool(self, name: str, description: str) -> str:
-        from tooldisco.apis.base import dispatcher_schema as schema
-
         return jsonspan.dumps({"type": "function",
-                               "function": {"name": name, "description": description, "parameters": schema()}})
+                               "function": {"name": name, "description": description, "parameters": dispatcher_schema()}})
 
     def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
         """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
-        from tooldisco.apis.openai_chat.stitch import _error_object
-
-        body = {"error": _error_object(failure)}
+        body = {"error": error_object(failure)}
         return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
-    def stitcher(self, phantom: str, body: str, dispatch: Dispatch | None = None) -> Stitcher:
-        from tooldisco.apis.openai_chat.stitch import ChatStitcher
-
+    def stitcher(self, phantom: str, body: str, dispatch: Dispatcher | None = None) -> Stitcher:
         return ChatStitcher(phantom, dispatch)

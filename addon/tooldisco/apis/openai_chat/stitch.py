@@ -40,7 +40,7 @@ event goes out at once as it came, followed by our ``[DONE]``, and ends the clie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tooldisco.core.types import ToolCall
 from tooldisco.apis.common import parse_arguments, sum_usage
@@ -48,9 +48,7 @@ from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, as_di
 from tooldisco.apis.openai_chat.stream import DONE, ChatCompletionStreamDecoder
 from tooldisco.apis.framing.sse import encode_event
 from tooldisco.apis.base import Failure, OPENAI_ERROR_TYPES, RoundEnd, Stitcher, error_kind
-
-if TYPE_CHECKING:
-    from tooldisco.policy.call_through import Dispatch
+from tooldisco.apis.base import Dispatcher
 
 _CHUNK = "chat.completion.chunk"
 _SEPARATOR = "\n\n"  # between rounds' texts, as OpenAIChatAdapter.merge joins them
@@ -70,7 +68,7 @@ class _Dispatching:
 class ChatStitcher(Stitcher):
     """One client Chat Completions stream out of the rounds of one phantom loop."""
 
-    def __init__(self, phantom: str, dispatch: Dispatch | None = None) -> None:
+    def __init__(self, phantom: str, dispatch: Dispatcher | None = None) -> None:
         super().__init__(phantom)
         self.dispatch = dispatch
         self._envelope: dict[str, Any] = {}  # the last chunk's fields but its choices: for chunks of our own
@@ -132,7 +130,7 @@ class ChatStitcher(Stitcher):
         if self._ended:
             return self._take()
         self._release_held()
-        self._out += encode_event(dumps({"error": _error_object(failure)})) + encode_event(DONE)
+        self._out += encode_event(dumps({"error": error_object(failure)})) + encode_event(DONE)
         self._ended = True
         return self._take()
 
@@ -295,7 +293,7 @@ def _closes(chunk: dict[str, Any]) -> bool:
     return choices == [] and chunk.get("usage") is not None
 
 
-def _error_object(failure: Failure) -> dict[str, Any]:
+def error_object(failure: Failure) -> dict[str, Any]:
     """The OpenAI error object for a failure: the upstream's own where its body has one."""
     kind = OPENAI_ERROR_TYPES[error_kind(failure.status)]
     base = {"message": failure.text(), "type": kind, "param": None, "code": kind}

@@ -11,7 +11,7 @@ three ways, depending on where the conversation lives (see ``continue_after``).
 from __future__ import annotations
 
 import json
-from typing import Any, Collection, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
@@ -31,17 +31,24 @@ from tooldisco.apis.common import (
     parsed_tools,
     query_schema,
     replace_array,
-    sum_usage,
     tool_spans,
     user_text,
 )
 from tooldisco.apis.openai_chat.adapter import forced_names
+from tooldisco.apis.openai_responses.messages import (
+    TOOL_SEARCH,
+    _client_search,
+    _qualified,
+    echoed_fields,
+    merge,
+    strip,
+)
+from tooldisco.apis.openai_responses.stream import ResponsesStreamDecoder
+from tooldisco.apis.openai_responses.stream import encode
+from tooldisco.apis.openai_chat.stitch import error_object
+from tooldisco.apis.openai_responses.stitch import ResponsesStitcher
 
 _CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
-# Native deferral: the model searches with a client-executed ``tool_search`` tool; the loop
-# knows its ``tool_search_call`` items by this name (a function of that name is never deferred
-# natively, see ``strategies.native``).
-TOOL_SEARCH = "tool_search"
 
 
 def _message_texts(content: Any) -> list[Any]:
@@ -50,15 +57,6 @@ def _message_texts(content: Any) -> list[Any]:
     if not isinstance(content, list):
         return []
     return [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "input_text"]
-
-
-def _qualified(item: dict[str, Any]) -> str:
-    """A call's tool name; a call inside a namespace (Codex's MCP servers) is ``namespace.name``,
-    the name its function is parsed under (a flat function's name has no dot, so it can never be
-    taken for the top-level phantom tool)."""
-    name = str(item.get("name"))
-    namespace = item.get("namespace")
-    return f"{namespace}.{name}" if isinstance(namespace, str) and namespace else name
 
 
 @memoize(16 * MiB)
@@ -110,19 +108,6 @@ def _merged(raws: Sequence[str]) -> list[str]:
     return out
 
 
-def _client_search(item: Any) -> bool:
-    """A ``tool_search_call`` the client must answer (one the server ran is the API's own)."""
-    return isinstance(item, dict) and item.get("type") == "tool_search_call" and item.get("execution") == "client"
-
-
-def phantom_call(item: Any, names: Collection[str]) -> bool:
-    """A ``function_call`` item calling one of ``names`` (a call inside a namespace never is), or,
-    when ``names`` holds ``TOOL_SEARCH``, a client-executed ``tool_search_call``."""
-    if _client_search(item):
-        return TOOL_SEARCH in names
-    return isinstance(item, dict) and item.get("type") == "function_call" and _qualified(item) in names
-
-
 def _output_item(result: ToolResult) -> str:
     """The input item answering one call: a ``tool_search_output`` whose tools are the loaded
     definitions (their client bytes) for a native search, else a ``function_call_output``."""
@@ -131,22 +116,6 @@ def _output_item(result: ToolResult) -> str:
     head = jsonspan.dumps({"type": "tool_search_output", "call_id": result.call.id, "execution": "client",
                            "status": "completed"})
     return head[:-1] + ',"tools":' + jsonspan.array_text([t.raw for t in result.loads]) + "}"
-
-
-# A Response echoes the request's ``tools`` and ``tool_choice``; for a field the request left
-# out the API echoes these values.
-_ECHO_DEFAULTS = {"tools": "[]", "tool_choice": '"auto"'}
-
-
-def echoed_fields(body: str) -> dict[str, str]:
-    """The raw JSON a Response must echo for the client's ``tools`` and ``tool_choice``: the
-    client's own bytes from ``body``, or the API's value for a field it left out (or sent null)."""
-    out = {}
-    for key, default in _ECHO_DEFAULTS.items():
-        span = jsonspan.find(body, [key])
-        raw = body[span[0] : span[1]] if span is not None else "null"
-        out[key] = default if raw == "null" else raw
-    return out
 
 
 @memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
@@ -202,26 +171,6 @@ def _replay(output: Any, stored: bool) -> Iterator[dict[str, Any]]:
         elif not (item.get("type") == "reasoning" and not item.get("encrypted_content")):
             drop = ("id", "status") if item.get("type") == "message" else ("id",)
             yield {k: v for k, v in item.items() if k not in drop}
-
-
-def _orphaned_reasoning(output: list[Any], removed: set[int]) -> set[int]:
-    """Reasoning items whose whole step (the items up to the next reasoning item) was removed.
-
-    The API rejects a replayed reasoning item without its following item, so a reasoning item
-    that only led to phantom calls leaves with them; one that also led to a kept call stays.
-    """
-    orphans = set()
-    for i, item in enumerate(output):
-        if not (isinstance(item, dict) and item.get("type") == "reasoning"):
-            continue
-        step = []
-        for j in range(i + 1, len(output)):
-            if isinstance(output[j], dict) and output[j].get("type") == "reasoning":
-                break
-            step.append(j)
-        if step and all(j in removed for j in step):
-            orphans.add(i)
-    return orphans
 
 
 class OpenAIResponsesAdapter(AdapterDefaults):
@@ -360,33 +309,10 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         return jsonspan.replace(body, span, "[" + ",".join(items) + ("," + inner if inner else "") + "]")
 
     def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-        """Phantom calls leave the output, with reasoning that led only to them. Responses has no
-        tool stop reason: the status stays as it is. The echoed ``tools`` / ``tool_choice`` are not
-        touched here: what the client sees of them is its own request's (``restore_echo`` for a
-        JSON answer, the stitcher for a stream), not a filtered forwarded list."""
-        hidden = set(names)
-        output = list(as_list(message.get("output")))
-        removed = {i for i, item in enumerate(output) if phantom_call(item, hidden)}
-        removed |= _orphaned_reasoning(output, removed)
-        out = dict(message)
-        out["output"] = [item for i, item in enumerate(output) if i not in removed]
-        return out
+        return strip(message, names)
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """One Response: outputs in order, usage summed, the last round's id.
-
-        The last id because with storage it is the response the server holds with the whole
-        chain behind it (the client's next ``previous_response_id``); without storage no id
-        resolves anyway. ``previous_response_id`` is the client's own, from round one.
-        """
-        out = dict(rounds[-1])
-        if "previous_response_id" in rounds[0] or "previous_response_id" in out:
-            out["previous_response_id"] = rounds[0].get("previous_response_id")
-        out["output"] = [item for r in rounds for item in as_list(r.get("output"))]
-        usage = sum_usage(r.get("usage") for r in rounds)
-        if usage is not None:
-            out["usage"] = usage
-        return out
+        return merge(rounds)
 
     def restore_echo(self, response: str, body: str) -> str:
         """The echoed ``tools`` / ``tool_choice`` of a Response text set to the client's own: the
@@ -422,23 +348,15 @@ class OpenAIResponsesAdapter(AdapterDefaults):
                 for item in _replay(entries, stored=False)]
 
     def decoder(self) -> StreamDecoder:
-        from tooldisco.apis.openai_responses.stream import ResponsesStreamDecoder
-
         return ResponsesStreamDecoder()
 
     def encode_stream(self, message: dict[str, Any]) -> bytes:
-        from tooldisco.apis.openai_responses.stream import encode
-
         return encode(message)
 
     def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
         """OpenAI's error body (Responses shares Chat's): ``{"error": {"message", "type", "param", "code"}}``."""
-        from tooldisco.apis.openai_chat.stitch import _error_object
-
-        body = {"error": _error_object(failure)}
+        body = {"error": error_object(failure)}
         return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
     def stitcher(self, phantom: str, body: str) -> Stitcher:
-        from tooldisco.apis.openai_responses.stitch import ResponsesStitcher
-
         return ResponsesStitcher(phantom, body)

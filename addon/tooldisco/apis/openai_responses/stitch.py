@@ -49,7 +49,7 @@ import uuid
 from typing import Any
 
 from tooldisco.core import jsonspan
-from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter, echoed_fields, phantom_call
+from tooldisco.apis.openai_responses.messages import echoed_fields, merge, phantom_call, strip
 from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, dumps
 from tooldisco.apis.openai_responses.stream import ResponsesStreamDecoder
 from tooldisco.apis.framing.sse import encode_event
@@ -58,7 +58,6 @@ from tooldisco.apis.base import Failure, OPENAI_ERROR_TYPES, RoundEnd, Stitcher,
 _LIFECYCLE = ("response.created", "response.queued", "response.in_progress")
 _HELD_TERMINAL = ("response.completed", "response.incomplete")
 # error_kind -> the OpenAI error type; the code a failed response names, when the upstream gave none.
-_ADAPTER = OpenAIResponsesAdapter()
 
 
 class ResponsesStitcher(Stitcher):
@@ -116,7 +115,7 @@ class ResponsesStitcher(Stitcher):
         if self._ended:
             return self._take()
         self._settle_held()
-        error = _error_object(failure)
+        error = error_object(failure)
         message = self._message()
         response = self._client_response(message) if message is not None or self._shown else self._bare()
         response = {**response, "status": "failed", "error": {"code": error["code"], "message": error["message"]}}
@@ -221,8 +220,8 @@ class ResponsesStitcher(Stitcher):
 
     def _visible(self, message: dict[str, Any] | None) -> dict[str, Any] | None:
         """The finished rounds plus ``message`` as the client sees them, merged."""
-        rounds = [r for r in (self._shown, message and _ADAPTER.strip(message, [self.phantom])) if r]
-        return _ADAPTER.merge(rounds) if rounds else None
+        rounds = [r for r in (self._shown, message and strip(message, [self.phantom])) if r]
+        return merge(rounds) if rounds else None
 
     def _client_response(self, message: dict[str, Any] | None) -> dict[str, Any]:
         response = self._visible(message) or {}
@@ -251,7 +250,7 @@ class ResponsesStitcher(Stitcher):
         return self._next_index - 1
 
 
-def _error_object(failure: Failure) -> dict[str, Any]:
+def error_object(failure: Failure) -> dict[str, Any]:
     """The OpenAI error object for a failure: the upstream's own fields where its body has one."""
     upstream = failure.upstream_error() or {}
     kind = OPENAI_ERROR_TYPES[error_kind(failure.status)]
