@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 def _session_store(cfg: Sessions) -> SessionStore | RedisSessionStore:
     """The configured backend; redis (an optional extra) is imported only when asked for."""
     if cfg.backend == "redis":
+        # Not at the top: redis is an optional extra (pip install tooldisco[redis]).
         from tooldisco.state.redis import RedisSessionStore
 
         return RedisSessionStore(cfg.redis, cfg.ttl)
