@@ -27,7 +27,8 @@ sys.path[:0] = [str(ROOT / "addon"), str(ROOT)]
 
 from tests.support.catalog import anthropic_tools, openai_tools  # noqa: E402
 from tooldisco.config import parse  # noqa: E402
-from tooldisco.engine.engine import Engine, Reply  # noqa: E402
+from tooldisco.core.answers import Reply  # noqa: E402
+from tooldisco.engine.engine import Engine  # noqa: E402
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter  # noqa: E402
 from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter  # noqa: E402
 from tooldisco.apis.anthropic import stream as anthropic_stream  # noqa: E402

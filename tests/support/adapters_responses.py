@@ -1,4 +1,4 @@
-"""Helpers shared by the unit tests (moved from test_adapters_responses.py, which tests them too)."""
+"""Helpers ``tests/unit/apis/openai_responses/test_adapter.py`` and other unit tests share."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the unit tests (moved from test_call_through.py, which tests them too)."""
+"""Helpers ``tests/unit/policy/test_call_through.py`` and other unit tests share."""
 
 from __future__ import annotations
 

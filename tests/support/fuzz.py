@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the fuzz suite (``tests/unit/test_fuzz.py``).
+"""Hypothesis strategies for the fuzz suite (``tests/unit/apis/test_fuzz.py``).
 
 Why apart: valid requests and answers for each wire API, and the ways to break them
 (fields removed, wrong types, unicode, huge numbers, deep nesting, truncation, stray

@@ -1,4 +1,4 @@
-"""Helpers shared by the unit tests (moved from test_runner.py, which tests them too)."""
+"""Helpers ``tests/unit/engine/test_runner.py`` and other unit tests share."""
 
 from __future__ import annotations
 

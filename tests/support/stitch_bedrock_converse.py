@@ -1,4 +1,4 @@
-"""Helpers shared by the unit tests (moved from test_stitch_bedrock_converse.py, which tests them too)."""
+"""Helpers ``tests/unit/apis/bedrock/test_stitch_converse.py`` and other unit tests share."""
 
 from __future__ import annotations
 

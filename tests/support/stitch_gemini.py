@@ -1,4 +1,4 @@
-"""Helpers shared by the unit tests (moved from test_stitch_gemini.py, which tests them too)."""
+"""Helpers ``tests/unit/apis/gemini/test_stitch.py`` and other unit tests share."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from google import genai
 from google.genai import types as gt
 
 from tests.e2e.harness import MitmDump
-from tests.e2e.test_e2e_more_apis import converse_call
+from tests.e2e.wire_apis import converse_call
 from tests.fakeprovider import SEARCH_TOOL, FakeProvider, Usage, call, reply, search
 from tests.fakeprovider.providers.bedrock import TEST_ACCESS_KEY_ID, TEST_SECRET_ACCESS_KEY
 from tests.fakeprovider.providers.gemini import thought_signature

@@ -16,7 +16,7 @@ that tees the body, or botocore's raw event stream), so that the tests can check
 5. thinking and its signatures survive the loop: the fake validates them like the APIs do.
 
 The SDK wiring (Gemini model, Bedrock SigV4 credentials, catalogs) is
-``test_e2e_more_apis``'s.
+``wire_apis``'s.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from google.genai import types as gt
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from tests.e2e.harness import ADDON_PATH, TEST_KEYS, MitmDump
-from tests.e2e.test_e2e_more_apis import (
+from tests.e2e.wire_apis import (
     CATALOG,
     GEMINI,
     MODEL_ID,
