@@ -2,7 +2,7 @@
 unwrap (what the client sees) and wrap (what the upstream gets back), the loop, the search
 result, and the planner keeping ``tools[]`` and the history's bytes fixed over a session.
 
-Live streams with a dispatcher are in test_stitch_call_through.py."""
+Live streams with a dispatcher are in test_call_through_stitch.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The session store's semantics, one set run on both stores (diskcache and a real
 redis-server: ``backend``), then what only the disk store has (its cleanup, its files)
-and ``SessionState`` alone. What only Redis has is in test_redis_sessions.py."""
+and ``SessionState`` alone. What only Redis has is in state/test_redis.py."""
 
 import contextlib
 import copy

@@ -1,6 +1,6 @@
 """What only the Redis session store has: several processes on one session (WATCH retries),
 outages (the circuit breaker), passwords, TLS, its config. What both stores share runs on
-both in test_sessions.py (``backend``)."""
+both in test_disk.py (``backend``)."""
 
 import datetime
 import ipaddress

@@ -3,7 +3,7 @@
 Oracles: our decoder (the stitched stream decodes to ``merge`` of the stripped rounds)
 and the official SDK's ``messages.stream()`` (it accepts the stream, and its final
 message has no phantom trace, consecutive indexes, summed usage, the right stop reason).
-The scenarios every API shares run in test_stitch_contract.py on ``API``; here, what only
+The scenarios every API shares run in apis/test_stitch_contract.py on ``API``; here, what only
 Anthropic's stream has. The builders here are shared with the InvokeModel stitcher's tests.
 """
 

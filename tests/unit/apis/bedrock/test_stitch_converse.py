@@ -4,7 +4,7 @@ Oracles: our decoder (the stitched stream decodes to ``merge`` of the stripped r
 boto3's ``bedrock-runtime`` client reading the stream as it reads a real response
 (``converse_stream``: botocore's ``EventStream`` with the service model's output shape and
 its event-stream JSON parser; CRCs checked; an exception frame raises ``EventStreamError``).
-The scenarios every API shares run in test_stitch_contract.py on ``API``; here, what only
+The scenarios every API shares run in apis/test_stitch_contract.py on ``API``; here, what only
 ConverseStream has.
 """
 

@@ -4,7 +4,7 @@ Oracles: our decoder (``merge`` of the stripped rounds, invocation metrics summe
 botocore's event-stream parser as boto3 runs it (frames, CRCs, exception frames raise
 ``EventStreamError``) with the inner events folded by the anthropic SDK's own
 ``accumulate_event``, and the anthropic SDK's Bedrock client reading the whole stream.
-The scenarios every API shares run in test_stitch_contract.py on ``API``; here, what only
+The scenarios every API shares run in apis/test_stitch_contract.py on ``API``; here, what only
 InvokeModel's stream has.
 """
 

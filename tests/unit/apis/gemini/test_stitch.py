@@ -5,7 +5,7 @@ google-genai's real client (``generate_content_stream`` over an ``httpx.MockTran
 parses and validates every chunk into ``GenerateContentResponse`` and raises on an
 ``{"error": ...}`` chunk. The SDK asks only for ``alt=sse``; the JSON-array form is checked
 as one JSON document whose elements go through the same client. The scenarios every API
-shares run in test_stitch_contract.py on ``API_SSE`` and ``API_ARRAY``; here, what only
+shares run in apis/test_stitch_contract.py on ``API_SSE`` and ``API_ARRAY``; here, what only
 Gemini's streams have.
 
 Documented difference from ``merge``: ``merge`` keeps each round's parts apart, while the

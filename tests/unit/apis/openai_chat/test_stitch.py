@@ -6,7 +6,7 @@ decoder (the stitched stream decodes to ``merge`` of the stripped rounds, with r
 stream=True)`` into ``ChatCompletionStreamState``, and ``chat.completions.stream``, through a
 mock transport), and the grammar itself (one role, one id, consecutive tool-call indexes,
 one finish_reason, ``[DONE]`` last). The scenarios every API shares run in
-test_stitch_contract.py on ``API``; here, what only Chat Completions streams have.
+apis/test_stitch_contract.py on ``API``; here, what only Chat Completions streams have.
 """
 
 from __future__ import annotations

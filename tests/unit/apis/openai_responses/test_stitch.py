@@ -5,7 +5,7 @@ decoder (the stitched stream decodes to ``merge`` of the stripped rounds, with r
 and the client's echoed tools), the openai SDK's stream parser (``responses.stream`` /
 ``responses.create(stream=True)`` through a mock transport), and the grammar itself
 (sequence numbers, consecutive output indexes, every item's events under one index).
-The scenarios every API shares run in test_stitch_contract.py on ``API``; here, what only
+The scenarios every API shares run in apis/test_stitch_contract.py on ``API``; here, what only
 Responses streams have.
 """
 
