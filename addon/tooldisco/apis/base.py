@@ -5,14 +5,13 @@
 per API under ``tooldisco.apis.<api>``; ``registry`` picks the package for a request. The
 neutral types they produce live in ``tooldisco.core.types``.
 
-Stitching, for every API:
-Why: a live client stream must start before the proxy knows whether the model will
+Stitching. Why: a live client stream must start before the proxy knows whether the model will
 search. Round 1 is forwarded event by event as it arrives; only a phantom call (and
 what belongs to it) is held back. When a round ends with phantom calls only, the
 runner searches and re-forwards, and the next round's events continue the same
 client stream: one start, one stop, indexes renumbered, usage summed.
 
-Contract, for every API (one module per API in this package):
+Contract, for every API (``tooldisco.apis.<api>.stitch``):
 
 - ``feed(data)``: upstream bytes of the current round, cut anywhere; returns the
   client bytes that are complete and visible now (``b""`` when nothing is). Events
@@ -114,7 +113,7 @@ class Stitcher(ABC):
 
     @property
     def cut(self) -> bool:
-        """The round's message lacks text past what a decoder keeps (``streams.common``): it
+        """The round's message lacks text past what a decoder keeps (``apis.streaming``): it
         was relayed, but cannot be sent back upstream as the model wrote it."""
         return bool(self._decoder.cut)
 
@@ -344,7 +343,7 @@ class NativeAdapter(Adapter, Protocol):
 
 class CallThroughAdapter(Adapter, Protocol):
     """An API whose deferral may call found tools through one fixed dispatcher tool
-    (``strategies.call_through``), so that ``tools[]`` never changes."""
+    (``policy.call_through``), so that ``tools[]`` never changes."""
 
     def dispatcher_tool(self, name: str, description: str) -> str:
         """The dispatcher (``{name, arguments}``) in this API's shape, as definition text."""

@@ -266,7 +266,7 @@ class Planner:
         clients with other tools (one credential, the same first message), and a definition
         only another client sent must never reach this one's model (``sessions``).
 
-        ``through`` (call-through, ``strategies.call_through``): kept tools, the search tool and
+        ``through`` (call-through, ``policy.call_through``): kept tools, the search tool and
         the dispatcher, the same for the whole session; found tools are called through the
         dispatcher, and the history's calls of deferred tools go upstream as the dispatcher
         calls they were made as."""
@@ -296,7 +296,7 @@ class Planner:
 
     def _native(self, adapter: NativeAdapter, plan: deferral.DeferralPlan, text: str,
                 classic: FlowContext) -> FlowContext:
-        """Native deferral (``strategies.native``): the client's tools as they are, deferred ones
+        """Native deferral (``policy.native``): the client's tools as they are, deferred ones
         marked, the search tool last; searchable are the deferred tools of this request only
         (a reference must name a tool in ``tools[]``). Tools found on earlier turns stay deferred:
         their loading references are in hidden rounds the client's history lacks (restoring those

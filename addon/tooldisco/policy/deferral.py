@@ -90,7 +90,7 @@ def plan(
     lacks, so re-ranking it per turn would only change ``tools[]`` and break the prompt
     cache. Empty or None on the session's first turn, which chooses it: the must-keeps and the
     ``defer.upfront`` most relevant. The caller records ``kept``'s names as the session's
-    upfront set when it had none; native deferral (``strategies.native``) keeps the same set
+    upfront set when it had none; native deferral (``policy.native``) keeps the same set
     loaded, so a session that falls back from native to classic forwards the same tools.
     """
     by_name = {t.name: t for t in view.tools}

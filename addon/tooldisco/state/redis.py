@@ -2,7 +2,7 @@
 
 Why: behind a load balancer, or with agents moving between machines, a tool found through
 one proxy must be loaded by the next without a second search. The semantics are the disk
-store's (``sessions.SessionStore``: read its docstrings), on the same keys under a prefix:
+store's (``state.disk.SessionStore``: read its docstrings), on the same keys under a prefix:
 sessions by tenant-bound key with a sliding TTL, response links under ``chain:``, real
 rounds under ``rounds:``. What differs:
 

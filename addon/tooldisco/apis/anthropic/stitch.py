@@ -2,7 +2,7 @@
 
 The event logic (Anthropic event objects in, event objects out) lives once in
 ``AnthropicEventStitcher``; Bedrock's InvokeModel stream carries the same events in
-event-stream frames and changes only the framing (``stitch.bedrock_invoke``).
+event-stream frames and changes only the framing (``apis.bedrock.stitch_invoke``).
 
 What the client sees (see ``base`` for the contract):
 
@@ -53,7 +53,7 @@ _CLOSING = ("message_delta", "message_stop")
 
 
 class EventDecoder(StreamDecoder, Protocol):
-    """A stream decoder that also names the upstream's error payload (``streams.common``)."""
+    """A stream decoder that also names the upstream's error payload (``apis.streaming``)."""
 
     @property
     def error(self) -> Any: ...

@@ -1,7 +1,7 @@
 """Bedrock InvokeModelWithResponseStream (Claude): the rounds of a phantom loop as one live
 client stream.
 
-The same Anthropic events as ``stitch.anthropic`` (whose ``AnthropicEventStitcher`` does all
+The same Anthropic events as ``apis.anthropic.stitch`` (whose ``AnthropicEventStitcher`` does all
 the stitching), in AWS event-stream frames: ``:event-type: chunk`` with the payload
 ``{"bytes": base64(event json)}``. An unchanged event goes out as its frame; a changed one
 in a fresh frame (both CRCs recomputed, Bedrock's ``p`` padding dropped). Bedrock reports

@@ -169,7 +169,7 @@ class _FramedStreamDecoder:
 
     @property
     def cut(self) -> bool:
-        """The message lacks text past ``MAX_ASSEMBLED_TEXT`` (``streams.common``)."""
+        """The message lacks text past ``MAX_ASSEMBLED_TEXT`` (``apis.streaming``)."""
         return self.assembler.text.cut
 
 

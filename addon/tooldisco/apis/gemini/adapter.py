@@ -369,7 +369,7 @@ class GeminiAdapter(AdapterDefaults):
         decodes them and sends them back URL-safe; the API reads either. No functionCall ids: a
         client gives a call the API left without one an id of its own (Gemini CLI does; ``adopt``
         carries it into the restored turn). A run of model contents as one, its text parts folded
-        as a stream is assembled (``streams.gemini.fold_parts``): a streamed answer comes in one
+        as a stream is assembled (``apis.gemini.stream.fold_parts``): a streamed answer comes in one
         part (or one content) per chunk, which a client may keep as they came or join."""
         out: list[Any] = []
         for entry in map(_without_call_ids, map(_same_bytes, entries)):

@@ -239,7 +239,7 @@ class GeminiStreamDecoder:
 
     @property
     def cut(self) -> bool:
-        """The message lacks text past ``MAX_ASSEMBLED_TEXT`` (``streams.common``)."""
+        """The message lacks text past ``MAX_ASSEMBLED_TEXT`` (``apis.streaming``)."""
         return self.assembler.text.cut
 
 

@@ -15,7 +15,7 @@ from tooldisco.core import jsonspan
 
 # Native deferral: the model searches with a client-executed ``tool_search`` tool; the loop
 # knows its ``tool_search_call`` items by this name (a function of that name is never deferred
-# natively, see ``strategies.native``).
+# natively, see ``policy.native``).
 TOOL_SEARCH = "tool_search"
 
 
