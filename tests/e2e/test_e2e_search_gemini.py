@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 from google.genai import types as gt
 from tests.e2e.harness import MitmDump
 from tests.e2e.wire_apis import (  # noqa: F401 (fixtures are used by name)
+    gemini_raw_chunks,
     _passthrough_proxy,
     _relevance_proxy,
     _toolsearch_proxy,
@@ -95,19 +95,6 @@ def found_definition(body: dict[str, Any], name: str) -> dict[str, Any]:
     results = [json.loads(p["functionResponse"]["response"]["output"]) for c in body["contents"] for p in c["parts"]
                if p.get("functionResponse", {}).get("name") == SEARCH_TOOL]
     return next(t for r in results for t in r.get("tools", []) if t["name"] == name)
-
-
-def gemini_raw_chunks(r: httpx.Response, method: str) -> list[dict[str, Any]]:
-    """The response's GenerateContentResponse objects, read as the wire form the client asked for."""
-    ctype = r.headers["content-type"]
-    if method == ":generateContent":
-        assert ctype.startswith("application/json")
-        return [r.json()]
-    if method.endswith("alt=sse"):
-        assert ctype.startswith("text/event-stream")
-        return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
-    assert ctype.startswith("application/json") and r.text.lstrip().startswith("[")  # the JSON-array stream
-    return json.loads(r.text)
 
 
 @pytest.mark.parametrize("method", [":generateContent", ":streamGenerateContent?alt=sse", ":streamGenerateContent"])

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from botocore.auth import SigV4Auth
@@ -404,3 +405,16 @@ def plan_mixed(fake: FakeProvider) -> None:
             reply("Done:", echo_last_result=True),
         ]
     )
+
+
+def gemini_raw_chunks(r: httpx.Response, method: str) -> list[dict[str, Any]]:
+    """The response's GenerateContentResponse objects, read as the wire form the client asked for."""
+    ctype = r.headers["content-type"]
+    if method == ":generateContent":
+        assert ctype.startswith("application/json")
+        return [r.json()]
+    if method.endswith("alt=sse"):
+        assert ctype.startswith("text/event-stream")
+        return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+    assert ctype.startswith("application/json") and r.text.lstrip().startswith("[")  # the JSON-array stream
+    return json.loads(r.text)
