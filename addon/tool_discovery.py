@@ -29,17 +29,18 @@ from mitmproxy.proxy.mode_specs import ProxyMode, UpstreamMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tooldisco import allocator, bodies, sigv4  # noqa: E402
+from tooldisco.core import allocator, bodies
+from tooldisco.net import sigv4  # noqa: E402
 from tooldisco.config import ConfigError, load_config  # noqa: E402
-from tooldisco.engine import Engine  # noqa: E402
+from tooldisco.engine.engine import Engine  # noqa: E402
 from tooldisco.net import relay as relay_mod  # noqa: E402
 from tooldisco.net.relay import Relay  # noqa: E402
 from tooldisco.net.upstream import UpstreamClient, UpstreamOptions  # noqa: E402
-from tooldisco.providers.base import Adapter  # noqa: E402
-from tooldisco.redact import RedactingFilter, redact_printer  # noqa: E402
-from tooldisco.runner import Answer, Head  # noqa: E402
-from tooldisco_watch.view import ToolsView  # noqa: E402
-from tooldisco_watch.watch import Watcher  # noqa: E402
+from tooldisco.apis.base import Adapter  # noqa: E402
+from tooldisco.core.redact import RedactingFilter, redact_printer  # noqa: E402
+from tooldisco.core.answers import Answer, Head  # noqa: E402
+from tooldisco.watch.view import ToolsView  # noqa: E402
+from tooldisco.watch.watch import Watcher  # noqa: E402
 
 DEFAULT_CONFIG = str(Path(__file__).resolve().parent.parent / "configs" / "tool_discovery.yaml")
 META_HOST = "tool_discovery.host"  # the host the client asked for, before map_remote
@@ -325,7 +326,7 @@ class ToolDiscovery:
     def _opener(self, url: str, headers: list[tuple[str, str]], aws: Any, client: UpstreamClient, flow_id: str):
         """How the runner sends a body where this flow went: the flow's final headers, the
         body plain (so no content-encoding), re-signed when the client used SigV4. Each round
-        is shown in mitmweb as the proxy's own flow (``tooldisco_watch``)."""
+        is shown in mitmweb as the proxy's own flow (``tooldisco.watch``)."""
         base = [(k, v) for k, v in headers if k.lower() not in ("content-encoding", relay_mod.HEADER)]
 
         async def open_(body: bytes) -> Answer:

@@ -19,9 +19,9 @@ time (a pasted log as the user message, or 60 tools with 500 KB descriptions), R
 throughout: the peak, and what is left once they are done.
 
 Every proxy also loads ``scripts/memtrace.py`` (inert until asked), which reports what the
-addon's byte-bounded caches (``tooldisco.bytecache``) hold, and at the end runs glibc's
+addon's byte-bounded caches (``tooldisco.core.bytecache``) hold, and at the end runs glibc's
 ``malloc_trim``: the RSS left after it is what live objects (and pymalloc) hold. (The addon
-trims its heaps itself every 2 s, ``tooldisco.allocator``; plain mitmdump does not.)
+trims its heaps itself every 2 s, ``tooldisco.core.allocator``; plain mitmdump does not.)
 Each reading waits until the proxy has been idle for a second ("busy after, s": an index
 build of a huge catalog goes on after its request was answered), so it reads what is left,
 not work in progress.

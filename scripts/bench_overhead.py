@@ -28,8 +28,8 @@ from tests.support.catalog import anthropic_tools  # noqa: E402
 
 # addon modules (kept together: their paths move with the addon's layout)
 from tooldisco.config import parse  # noqa: E402
-from tooldisco.engine import Engine  # noqa: E402
-from tooldisco.providers.anthropic import AnthropicAdapter  # noqa: E402
+from tooldisco.engine.engine import Engine  # noqa: E402
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter  # noqa: E402
 
 QUERIES = ["create a github issue for the bug", "post the summary to slack", "what is the weather in Paris",
            "list the tables in the database", "schedule a meeting tomorrow", "export the invoice records"]

@@ -38,11 +38,11 @@ from tests.support.catalog import anthropic_tools, openai_tools  # noqa: E402
 
 # addon modules (kept together: their paths move with the addon's layout)
 from tooldisco.config import parse  # noqa: E402
-from tooldisco.engine import Engine  # noqa: E402
-from tooldisco.providers.anthropic import AnthropicAdapter  # noqa: E402
-from tooldisco.providers.openai_chat import OpenAIChatAdapter  # noqa: E402
-from tooldisco.runner import Answer, Head  # noqa: E402
-from tooldisco.streams.anthropic import encode as encode_sse  # noqa: E402
+from tooldisco.engine.engine import Engine  # noqa: E402
+from tooldisco.apis.anthropic.adapter import AnthropicAdapter  # noqa: E402
+from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter  # noqa: E402
+from tooldisco.core.answers import Answer, Head  # noqa: E402
+from tooldisco.apis.anthropic.stream import encode as encode_sse  # noqa: E402
 
 TARGET = "mcp__weather__get_forecast"
 SEARCH_TOOL = "gateway_search_tools"

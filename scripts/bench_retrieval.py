@@ -52,8 +52,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from _bench import percentile, ratio, section  # noqa: E402
 from tests.support.mcp_catalog import mcp_catalog  # noqa: E402
-from tooldisco.providers.base import Tool  # noqa: E402
-from tooldisco.search import BACKENDS, QueryError, Ranking, Searcher, make_searcher  # noqa: E402
+from tooldisco.core.types import Tool  # noqa: E402
+from tooldisco.search.factory import BACKENDS, make_searcher
+from tooldisco.search.base import QueryError, Ranking, Searcher  # noqa: E402
 from tooldisco.search.base import WARM_UP_QUERY, Catalog  # noqa: E402
 from tooldisco.search.index_cache import clear_all  # noqa: E402
 from tooldisco.search.names import MAX_NAMED, name_forms  # noqa: E402

@@ -45,8 +45,9 @@ from tests.support.redis_server import RedisServer  # noqa: E402
 
 # addon modules (kept together: their paths move with the addon's layout)
 from tooldisco.config import RedisSettings  # noqa: E402
-from tooldisco.redis_sessions import RedisSessionStore  # noqa: E402
-from tooldisco.sessions import SessionState, SessionStore  # noqa: E402
+from tooldisco.state.redis import RedisSessionStore  # noqa: E402
+from tooldisco.state.base import SessionState
+from tooldisco.state.disk import SessionStore  # noqa: E402
 
 TURNS_PER_ROUND = 5  # four searching turns, then the resume turn (bench_load: t % 5 == 4 searches not)
 SESSION_KEY = re.compile(r"^[0-9a-f]{32}$")

@@ -6,7 +6,7 @@ process started elsewhere. Plain-HTTP requests through the proxy to a reserved h
 2606, so nothing leaves the proxy), answered as text; inert until asked:
 
 - ``GET http://memtrace.invalid/caches``: ``BYTES ENTRIES`` held by the addon's byte-bounded
-  caches (``tooldisco.bytecache.ByteLRU``), as they charge themselves; ``0 0`` without the addon.
+  caches (``tooldisco.core.bytecache.ByteLRU``), as they charge themselves; ``0 0`` without the addon.
 - ``GET http://memtrace.invalid/clear``: empties those caches, so that a snapshot taken after
   it names only what is held outside them (caches churn: what they hold at the end was
   allocated late, so before clearing it shows among the sites that grew).
@@ -85,7 +85,7 @@ class MemTrace:
 
 
 def _byte_caches() -> list[object]:
-    bytecache = sys.modules.get("tooldisco.bytecache")
+    bytecache = sys.modules.get("tooldisco.core.bytecache")
     return [o for o in gc.get_objects() if bytecache is not None and isinstance(o, bytecache.ByteLRU)]
 
 

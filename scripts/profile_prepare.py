@@ -26,8 +26,8 @@ from tests.support.catalog import anthropic_tools  # noqa: E402
 
 # addon modules (kept together: their paths move with the addon's layout)
 from tooldisco.config import parse  # noqa: E402
-from tooldisco.engine import Engine  # noqa: E402
-from tooldisco.providers.detect import detect  # noqa: E402
+from tooldisco.engine.engine import Engine  # noqa: E402
+from tooldisco.apis.registry import detect  # noqa: E402
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT / "addon"), str(ROOT / "scripts")]
 from _bench import ratio, section  # noqa: E402
 
 # addon modules (kept together: their paths move with the addon's layout)
-from tooldisco.telemetry import Record, SearchRecord  # noqa: E402
+from tooldisco.engine.telemetry import Record, SearchRecord  # noqa: E402
 
 APIS = ["anthropic", "openai_chat", "openai_responses", "gemini", "bedrock_converse"]
 STRATEGIES = ["tool-search", "tool-search", "relevance", "api", "passthrough"]

@@ -20,11 +20,12 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from .bytecache import MiB, memoize
+from tooldisco.core.bytecache import MiB, memoize
 
-from .search.factory import BACKENDS as SEARCH_BACKENDS
 
 STRATEGIES = ("passthrough", "relevance", "tool-search", "api")
+# The search backends ``search.factory`` makes; named here so that config sits below the search.
+SEARCH_BACKENDS = ("regex", "bm25", "hybrid", "fuzzy")
 SCORERS = ("overlap", "bm25", "hybrid")
 ROLLOUTS = ("dark", "shadow", "partial", "full")
 WEBSOCKET_MODES = ("refuse", "passthrough")

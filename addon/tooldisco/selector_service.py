@@ -51,16 +51,10 @@ from urllib.parse import urlsplit
 
 from loguru import logger
 
-from .providers.base import Tool
-from .providers.common import params_of
-from .search import (
-    BACKENDS,
-    MAX_QUERY_CHARS,
-    QueryError,
-    Ranking,
-    Searcher,
-    make_searcher,
-)
+from tooldisco.core.types import Tool
+from tooldisco.apis.common import params_of
+from tooldisco.search.factory import BACKENDS, make_searcher
+from tooldisco.search.base import MAX_QUERY_CHARS, QueryError, Ranking, Searcher
 
 SEARCH_PATH = "/v1/tool-discovery/search"
 HEALTH_PATH = "/healthz"

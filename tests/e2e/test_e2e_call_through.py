@@ -20,7 +20,7 @@ import pytest
 from google.genai import types as gt
 
 from tests.e2e.harness import ADDON_PATH, MitmDump
-from tests.e2e.test_e2e_more_apis import (  # noqa: F401 (fixtures)
+from tests.e2e.wire_apis import (  # noqa: F401 (fixtures)
     CATALOG, GEMINI_URL, READ_FILE, TARGET, _proxy_fixture, _running, aws_chain, config, fk, fresh,
     g_decls, gemini_call, gemini_raw_chunks, gemini_raw_tools, gemini_tools, ok, plan_search_then_call, recording,
     reply_calls, usage_sum,

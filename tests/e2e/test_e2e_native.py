@@ -12,7 +12,7 @@ from functools import partial
 import pytest
 
 from tests.e2e.harness import addon_config
-from tests.e2e.test_e2e_more_apis import (  # Bedrock: its AWS credential chain, reused
+from tests.e2e.wire_apis import (  # Bedrock: its AWS credential chain, reused
     _proxy_fixture,
     _running,
     anthropic_message,

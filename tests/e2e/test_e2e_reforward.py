@@ -26,8 +26,8 @@ from google.genai import errors as genai_errors
 from google.genai import types as gt
 
 from tests.e2e.harness import TEST_KEYS, addon_config
-from tests.e2e.test_e2e_more_apis import GEMINI, MODEL_ID, converse_tools, gemini_tools
-from tests.e2e.test_e2e_more_apis import aws_chain  # noqa: F401 (a fixture: the proxy's AWS chain)
+from tests.e2e.wire_apis import GEMINI, MODEL_ID, converse_tools, gemini_tools
+from tests.e2e.wire_apis import aws_chain  # noqa: F401 (a fixture: the proxy's AWS chain)
 from tests.fakeprovider import SEARCH_TOOL, reply, search
 from tests.fakeprovider.script import Rule
 from tests.support.catalog import anthropic_tools, openai_tools

@@ -11,7 +11,7 @@ import pytest
 from tests.e2e.harness import addon_config
 from tests.fakeprovider import reply
 from tests.support.catalog import anthropic_tools, openai_tools
-from tooldisco.strategies.relevance import tokens
+from tooldisco.policy.relevance import tokens
 
 pytestmark = pytest.mark.e2e
 

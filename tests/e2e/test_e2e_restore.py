@@ -18,7 +18,7 @@ import pytest
 from google.genai import types as gt
 
 from tests.e2e.harness import MitmDump
-from tests.e2e.test_e2e_more_apis import (  # noqa: F401 (fixtures)
+from tests.e2e.wire_apis import (  # noqa: F401 (fixtures)
     CATALOG, GEMINI, MODEL_ID, READ_FILE, TARGET, _proxy_fixture, _running, aws_chain,
     converse_tools, fk, fresh, gemini_tools, ok, plan_search_then_call, r_tool, responses_call,
 )

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the fuzz suite (``tests/unit/test_fuzz.py``).
+"""Hypothesis strategies for the fuzz suite (``tests/unit/apis/test_fuzz.py``).
 
 Why apart: valid requests and answers for each wire API, and the ways to break them
 (fields removed, wrong types, unicode, huge numbers, deep nesting, truncation, stray
@@ -21,9 +21,9 @@ from random import Random
 from typing import Any
 
 from hypothesis import strategies as st
-from tooldisco.streams import sse
-from tooldisco.streams.eventstream import EventStreamDecoder, EventStreamError, encode_frame
-from tooldisco.streams.gemini import JSONArrayDecoder
+from tooldisco.apis.framing import sse
+from tooldisco.apis.framing.eventstream import EventStreamDecoder, EventStreamError, encode_frame
+from tooldisco.apis.gemini.stream import JSONArrayDecoder
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tooldisco.loop import Found, PhantomLoop, Search
-from tooldisco.providers.base import ToolCall
+from tooldisco.engine.loop import Found, PhantomLoop, Search
+from tooldisco.core.types import ToolCall
 
 
 class Driver:

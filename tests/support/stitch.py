@@ -3,8 +3,8 @@
 Why here: every API's stitcher is checked the same way (any chunking of the upstream rounds
 gives one valid client stream that the API's official SDK reads as the merge of the rounds,
 without a trace of the search), so the chunkings, the runner's loop and the shape of an
-API's case (``Api``) live once. tests/unit/test_stitch_contract.py runs the scenarios every
-API shares; tests/unit/test_stitch_<api>.py build their ``Api`` and test what only they have.
+API's case (``Api``) live once. tests/unit/apis/test_stitch_contract.py runs the scenarios every
+API shares; tests/unit/apis/<api>/test_stitch.py build their ``Api`` and test what only they have.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tooldisco.stitch import Failure, RoundEnd
+from tooldisco.apis.base import Failure, RoundEnd
 
 P = "gateway_search_tools"
 Chunker = Callable[[bytes], list[bytes]]

@@ -34,7 +34,7 @@ from typing import AsyncIterator, Callable, Sequence
 import h11
 from loguru import logger
 
-from ..runner import Head
+from tooldisco.core.answers import Head
 
 HEADER = "x-tooldisco-relay"
 JOB_TTL = 60.0  # seconds a registered flow may take to reach the relay

@@ -25,7 +25,7 @@ import certifi
 from loguru import logger
 from yarl import URL
 
-from ..runner import Answer, UpstreamFailed
+from tooldisco.core.answers import Answer, UpstreamFailed
 
 # Request headers that belong to one hop, or that the client sets itself from the body it sends.
 HOP_BY_HOP = frozenset(

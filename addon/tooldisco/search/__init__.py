@@ -1,25 +1,8 @@
 """Tool search: the backends that find deferred tools, and the phantom tool's front end.
 
-``make_searcher(name)`` gives a ``Searcher`` for one of ``BACKENDS``; ``run_query``
-answers the model's call to the search tool with it, and ``run_query_async`` does so off
-the event loop within a wall-clock budget. No mitmproxy in here.
+``factory.make_searcher(name)`` gives a ``Searcher`` for one of the configured backend names;
+``phantom_query.run_query`` answers the model's call to the search tool with it, and
+``budget.run_query_async`` does so off the event loop within a wall-clock budget. No mitmproxy
+in here. The package imports none of its modules: importers name the module they use, so no
+module here depends on the package (and through it on every backend).
 """
-
-from .base import MAX_QUERY_CHARS, QueryError, Ranking, Searcher
-from .brief import first_sentence
-from .budget import run_query_async
-from .factory import BACKENDS, make_searcher
-from .phantom_query import SearchOutcome, run_query
-
-__all__ = [
-    "BACKENDS",
-    "MAX_QUERY_CHARS",
-    "QueryError",
-    "Ranking",
-    "SearchOutcome",
-    "Searcher",
-    "first_sentence",
-    "make_searcher",
-    "run_query",
-    "run_query_async",
-]

@@ -15,7 +15,7 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Iterable, Protocol, Sequence
 
-from ..providers.base import Tool
+from tooldisco.core.types import Tool
 
 #: Longest query a backend accepts. Longer is a ``QueryError``: a regex that long is
 #: either a mistake or an attack, and no honest tool search needs more.

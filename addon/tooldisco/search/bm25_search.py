@@ -26,14 +26,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ..providers.base import Tool
-from . import cues
-from .base import Ranking, SearcherBase
-from .documents import FIELD_WEIGHTS, fields
-from .fuzzy_search import fuzzy_index
-from .intents import search
-from .index_cache import IndexCache
-from .tokens import terms
+from tooldisco.core.types import Tool
+import tooldisco.search.cues as cues
+from tooldisco.search.base import Ranking, SearcherBase
+from tooldisco.search.documents import FIELD_WEIGHTS, fields
+from tooldisco.search.fuzzy_search import fuzzy_index
+from tooldisco.search.intents import search
+from tooldisco.search.index_cache import IndexCache
+from tooldisco.search.tokens import terms
 
 K1 = 1.2
 B = 0.5

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import jsonspan
-from ..providers.base import Tool
+from tooldisco.core import jsonspan
+from tooldisco.core.types import Tool
 
 MAX_SENTENCE_CHARS = 200
 MAX_DEFINITION_CHARS = 16_000  # of one whole definition; a larger schema is cut to its parameters' names

@@ -17,9 +17,9 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-from ..providers.base import Tool
-from .base import Searcher
-from .phantom_query import SearchOutcome, run_query
+from tooldisco.core.types import Tool
+from tooldisco.search.base import Searcher
+from tooldisco.search.phantom_query import SearchOutcome, run_query
 
 #: Threads for searches; a search past its budget holds one until it gives up.
 SEARCH_THREADS = 4

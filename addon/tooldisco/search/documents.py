@@ -13,9 +13,9 @@ import json
 from enum import Enum
 from typing import Any, Iterator
 
-from ..providers.base import Tool
-from .brief import first_sentence
-from .tokens import words
+from tooldisco.core.types import Tool
+from tooldisco.search.brief import first_sentence
+from tooldisco.search.tokens import words
 
 
 class Field(Enum):

@@ -28,11 +28,11 @@ from typing import Any, Sequence
 import numpy as np
 from loguru import logger
 
-from ..providers.base import Tool
-from ..sessions import private_cache
-from .documents import EMBEDDING_VIEW_WEIGHTS, embedding_views
-from .index_cache import IndexCache
-from .quantize import dynamic_int8
+from tooldisco.core.types import Tool
+from tooldisco.core.private import private_cache
+from tooldisco.search.documents import EMBEDDING_VIEW_WEIGHTS, embedding_views
+from tooldisco.search.index_cache import IndexCache
+from tooldisco.search.quantize import dynamic_int8
 
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 DIMENSION = 384

@@ -1,19 +1,20 @@
 """Picking a search backend by its configured name.
 
 Why: config names a backend with a string; this is the one place that turns the string
-into a searcher, so the set of names (``BACKENDS``) and the set of classes cannot drift.
+into a searcher, so the set of names (``BACKENDS``, which config validates against) and the set of classes cannot drift.
 """
 
 from __future__ import annotations
 
-from .base import Searcher
-from .bm25_search import BM25Searcher
-from .fuzzy_search import FuzzySearcher
-from .hybrid_search import HybridSearcher
-from .names import NamedFirst
-from .regex_search import RegexSearcher
+from tooldisco.config import SEARCH_BACKENDS
+from tooldisco.search.base import Searcher
+from tooldisco.search.bm25_search import BM25Searcher
+from tooldisco.search.fuzzy_search import FuzzySearcher
+from tooldisco.search.hybrid_search import HybridSearcher
+from tooldisco.search.names import NamedFirst
+from tooldisco.search.regex_search import RegexSearcher
 
-BACKENDS: tuple[str, ...] = ("regex", "bm25", "hybrid", "fuzzy")
+BACKENDS: tuple[str, ...] = SEARCH_BACKENDS
 
 
 def make_searcher(backend: str, *, cache_dir: str | None = None) -> Searcher:

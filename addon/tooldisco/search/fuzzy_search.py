@@ -20,11 +20,11 @@ import numpy as np
 from rapidfuzz import fuzz, process
 from rapidfuzz.distance import LCSseq
 
-from ..providers.base import Tool
-from .base import Ranking, SearcherBase
-from .documents import FIELD_WEIGHTS, Field, fields
-from .index_cache import IndexCache
-from .tokens import STOPWORDS, words
+from tooldisco.core.types import Tool
+from tooldisco.search.base import Ranking, SearcherBase
+from tooldisco.search.documents import FIELD_WEIGHTS, Field, fields
+from tooldisco.search.index_cache import IndexCache
+from tooldisco.search.tokens import STOPWORDS, words
 
 TYPO_CUTOFF = 80  # rapidfuzz ratio, 0-100: "wether"/"weather" is 92, "msg"/"message" 60
 ABBREVIATION_SIMILARITY = 0.8

@@ -19,12 +19,12 @@ from typing import Sequence
 
 import numpy as np
 
-from ..providers.base import Tool
-from .base import Ranking, SearcherBase
-from .bm25_search import bm25_index, keyword_top
-from .embeddings import Embedder, load_embedder
-from .fuzzy_search import fuzzy_index
-from .intents import search
+from tooldisco.core.types import Tool
+from tooldisco.search.base import Ranking, SearcherBase
+from tooldisco.search.bm25_search import bm25_index, keyword_top
+from tooldisco.search.embeddings import Embedder, load_embedder
+from tooldisco.search.fuzzy_search import fuzzy_index
+from tooldisco.search.intents import search
 
 #: Weight of the lexical side's z-score; the semantic side gets the rest.
 LEXICAL_WEIGHT = 0.4

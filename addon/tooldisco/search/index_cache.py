@@ -14,9 +14,9 @@ import threading
 import weakref
 from typing import Any, Callable, Generic, Sequence, TypeVar
 
-from ..bytecache import ByteLRU, MiB, entry_size
-from ..providers.base import Tool
-from .base import Catalog, catalog_key
+from tooldisco.core.bytecache import ByteLRU, MiB, entry_size
+from tooldisco.core.types import Tool
+from tooldisco.search.base import Catalog, catalog_key
 
 IndexT = TypeVar("IndexT")
 

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 import regex
 
-from .tokens import terms
+from tooldisco.search.tokens import terms
 
 #: Scores of every tool for each text (one row per text); -inf marks a tool that is no
 #: candidate for that text (no term in common, too dissimilar).

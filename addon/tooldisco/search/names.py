@@ -30,10 +30,10 @@ from typing import Iterable, Sequence
 
 from rapidfuzz import fuzz, process
 
-from ..providers.base import Tool
-from .base import QueryError, Ranking, Searcher, SearcherBase, as_catalog
-from .index_cache import IndexCache
-from .tokens import words
+from tooldisco.core.types import Tool
+from tooldisco.search.base import QueryError, Ranking, Searcher, SearcherBase, as_catalog
+from tooldisco.search.index_cache import IndexCache
+from tooldisco.search.tokens import words
 
 #: More tools than this sharing a form means the form is a phrase, not a name.
 MAX_NAMED = 20

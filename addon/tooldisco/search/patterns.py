@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import regex
 
-from ..bytecache import ByteLRU, MiB
-from .base import QueryError
+from tooldisco.core.bytecache import ByteLRU, MiB
+from tooldisco.search.base import QueryError
 
 MAX_REPEAT = 1000
 MAX_EXPANDED = 2000

@@ -37,10 +37,10 @@ from typing import Any, Sequence
 
 from loguru import logger
 
-from ..providers.base import Tool
-from .base import QueryError, Searcher, check_query
-from .brief import brief, definition
-from .names import MAX_NAMED, name_index
+from tooldisco.core.types import Tool
+from tooldisco.search.base import QueryError, Searcher, check_query
+from tooldisco.search.brief import brief, definition
+from tooldisco.search.names import MAX_NAMED, name_index
 
 LIST_ALL = "*"
 MAX_LISTED = 300  # names in one listing answer

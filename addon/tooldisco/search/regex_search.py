@@ -23,11 +23,11 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..providers.base import Tool
-from .base import Ranking, SearcherBase, check_query
-from .fuzzy_search import FuzzySearcher
-from .index_cache import IndexCache
-from .patterns import PatternTooExpensive, UnsupportedPattern, compile_pattern
+from tooldisco.core.types import Tool
+from tooldisco.search.base import Ranking, SearcherBase, check_query
+from tooldisco.search.fuzzy_search import FuzzySearcher
+from tooldisco.search.index_cache import IndexCache
+from tooldisco.search.patterns import PatternTooExpensive, UnsupportedPattern, compile_pattern
 
 #: Wall-clock budget for one search across the whole catalog, in seconds.
 TIME_BUDGET = 0.05

@@ -13,7 +13,7 @@ from __future__ import annotations
 import regex
 import snowballstemmer
 
-from ..bytecache import MiB, memoize
+from tooldisco.core.bytecache import MiB, memoize
 
 # An upper-case run before a capitalised word (HTTPServer -> HTTP), a capitalised or
 # lower-case word, an upper-case run, a digit run, or letters of a caseless script.

@@ -65,7 +65,7 @@ _AUTH = re.compile(
     r"^AWS4-HMAC-SHA256\s+Credential=(?P<key>[^/,\s]+)/(?P<date>\d{8})/(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)"
     r"/aws4_request,\s*SignedHeaders=(?P<headers>[a-z0-9;._-]+),\s*Signature=(?P<sig>[0-9a-f]{64})$"
 )
-_EXCEPTIONS = {
+EXCEPTIONS = {
     400: "ValidationException",
     403: "AccessDeniedException",
     404: "ResourceNotFoundException",
@@ -199,7 +199,7 @@ class _Bedrock(Provider):
         )
 
     def error_response(self, err: ApiError) -> JsonResponse:
-        kind = err.kind if err.kind.endswith("Exception") else _EXCEPTIONS.get(err.status, "InternalServerException")
+        kind = err.kind if err.kind.endswith("Exception") else EXCEPTIONS.get(err.status, "InternalServerException")
         headers = {
             "x-amzn-ErrorType": f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/",
             "x-amzn-RequestId": new_id(""),

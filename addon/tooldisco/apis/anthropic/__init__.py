@@ -1,0 +1,1 @@
+"""The anthropic wire API: its adapter, stream codec and stitcher."""

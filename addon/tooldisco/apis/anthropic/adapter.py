@@ -1,0 +1,238 @@
+"""Anthropic Messages (``POST /v1/messages``), also the body of Bedrock InvokeModel for Claude."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Sequence
+
+from tooldisco.core import jsonspan
+from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
+from tooldisco.apis.base import Failure, Stitcher
+from tooldisco.apis.streaming import as_list
+from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
+from tooldisco.apis.base import StreamDecoder
+from tooldisco.apis.common import (
+    History,
+    AdapterDefaults,
+    append_array,
+    check_unique,
+    load_object,
+    named,
+    params_of,
+    parsed_tools,
+    query_schema,
+    replace_array,
+    sum_usage,
+    tool_spans,
+    user_text,
+)
+from tooldisco.apis.anthropic.stream import AnthropicStreamDecoder
+from tooldisco.apis.anthropic.stream import encode
+from tooldisco.apis.anthropic.stitch import error_object
+from tooldisco.apis.anthropic.stitch import AnthropicStitcher
+
+# Claude Code's own deferred-tool search tool: the client answers it, we must not hide it.
+CLIENT_SEARCH_TOOLS = frozenset({"ToolSearch"})
+
+
+def _texts(content: Any) -> list[Any]:
+    """Text of a user message: string content, or its text blocks (not tool results)."""
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        return []
+    return [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+
+
+def _session_hint(data: dict[str, Any]) -> str | None:
+    """Claude Code puts ``{"session_id": …}`` as a JSON string in ``metadata.user_id``."""
+    user_id = (data.get("metadata") or {}).get("user_id") if isinstance(data.get("metadata"), dict) else None
+    if not isinstance(user_id, str):
+        return None
+    try:
+        parsed = json.loads(user_id)
+    except (ValueError, RecursionError):
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("session_id"), str):
+        return parsed["session_id"]
+    marker = "_session_"  # older Claude Code: user_<hash>_account_<id>_session_<uuid>
+    return user_id.split(marker, 1)[1] if marker in user_id else None
+
+
+def _keep_breakpoint(original: list[str], raws: list[str]) -> list[str]:
+    """Clients put ``cache_control`` on their last tool; if we dropped that tool, the
+    breakpoint moves to our last one, so the tools prefix is still cached."""
+    kept = set(raws)
+    dropped = [json.loads(r) for r in original if r not in kept and '"cache_control"' in r]
+    marks = [d["cache_control"] for d in dropped if isinstance(d, dict) and "cache_control" in d]
+    if not marks or not raws or any('"cache_control"' in r and "cache_control" in json.loads(r) for r in raws):
+        return raws
+    last = raws[-1]
+    raws[-1] = jsonspan.set_member(last, jsonspan.root(last), "cache_control", jsonspan.dumps(marks[-1]))
+    return raws
+
+
+@memoize(16 * MiB)
+def deferred_text(raw: str) -> str:
+    """A tool definition text with ``"defer_loading": true`` set, every other byte kept
+    (memoised: a session sends the same definitions every turn)."""
+    return jsonspan.set_member(raw, jsonspan.root(raw), "defer_loading", "true")
+
+
+def _result_content(result: ToolResult) -> Any:
+    """A tool_result's content. A native search answers with one ``tool_reference`` per tool
+    it loads (the API expands each into its definition right there), as Anthropic's own tool
+    search does. Its text would repeat those definitions in every later request of the
+    session, so only what they do not say (tools listed but not loaded, unknown names) stays,
+    as a text block ahead of them."""
+    if not result.loads:
+        return result.content
+    refs = [{"type": "tool_reference", "tool_name": t.name} for t in result.loads]
+    rest = _beyond_definitions(result.content)
+    return [{"type": "text", "text": rest}, *refs] if rest else refs
+
+
+def _beyond_definitions(text: str) -> str:
+    """A search result's JSON without the briefs of the tools it lists (and without its
+    message when nothing else is left); text that is not such JSON is kept whole."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(data, dict):
+        return text
+    rest = {k: v for k, v in data.items() if k not in ("tools", "message")}
+    if not rest:
+        return ""
+    return json.dumps({**rest, "message": data.get("message", "")}, ensure_ascii=False, separators=(",", ":"))
+
+
+@memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
+def parse_tool(raw: str) -> Tool:
+    d = json.loads(raw)
+    if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+        raise Unsupported("a tool has no name")
+    name = d["name"]
+    pinned = None
+    if d.get("type") not in (None, "custom"):
+        pinned = "server"  # web_search, bash, text_editor, mcp_toolset…: not ours to hide
+    elif d.get("defer_loading") is True:
+        pinned = "client_deferred"
+    elif name in CLIENT_SEARCH_TOOLS:
+        pinned = "client_search"
+    desc = d.get("description")
+    return Tool(name, raw, desc if isinstance(desc, str) else "", params_of(d.get("input_schema")), pinned)
+
+
+class AnthropicAdapter(AdapterDefaults):
+    api = "anthropic"
+    results_member = "content"
+
+    def parse_tool(self, raw: str) -> Tool:
+        return parse_tool(raw)
+
+    def parse(self, body: str) -> RequestView:
+        data = load_object(body)
+        messages = data.get("messages")
+        if not isinstance(messages, list):
+            raise Unsupported("no messages array")
+        tools = parsed_tools(body, ["tools"], parse_tool)
+        check_unique(tools)
+        history = History()
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            blocks = [b for b in as_list(m.get("content")) if isinstance(b, dict)]
+            if m.get("role") == "user":
+                history.user(user_text(_texts(m.get("content"))))
+                history.answered |= {str(b.get("tool_use_id")) for b in blocks if b.get("type") == "tool_result"}
+            elif m.get("role") == "assistant":
+                history.calls |= {str(b.get("id")): str(b.get("name")) for b in blocks if b.get("type") == "tool_use"}
+        choice = data.get("tool_choice")
+        forced = [choice["name"]] if isinstance(choice, dict) and choice.get("type") == "tool" and isinstance(choice.get("name"), str) else []
+        return history.view(tools, forced, data.get("stream") is True, _session_hint(data), model=data.get("model"))
+
+    def with_tools(self, body: str, raws: Sequence[str]) -> str:
+        return replace_array(body, ["tools"], _keep_breakpoint(tool_spans(body, ["tools"]), list(raws)))
+
+    def phantom_tool(self, name: str, description: str) -> str:
+        return jsonspan.dumps(
+            {
+                "name": name,
+                "description": description,
+                "input_schema": query_schema(),
+            }
+        )
+
+    def native_search(self, name: str) -> str:
+        return name  # the search is a client tool: its calls are tool_use blocks by that name
+
+    def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
+        hidden = set(deferred)
+        raws = [deferred_text(raw) if parse_tool(raw).name in hidden else raw for raw in tool_spans(body, ["tools"])]
+        return replace_array(body, ["tools"], [*raws, search])
+
+    def native_search_tool(self, name: str, description: str) -> str:
+        return self.phantom_tool(name, description)
+
+    def calls(self, message: dict[str, Any]) -> list[ToolCall]:
+        return [
+            ToolCall(str(b.get("id")), str(b.get("name")), b.get("input"))
+            for b in as_list(message.get("content"))
+            if isinstance(b, dict) and b.get("type") == "tool_use"
+        ]
+
+    def continue_after(
+        self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
+    ) -> str:
+        # The assistant turn goes back exactly as the model produced it (signed thinking blocks
+        # must stay unchanged); every tool_use needs its tool_result in the very next user
+        # message, tool_result blocks first.
+        assistant = {"role": "assistant", "content": message.get("content") or []}
+        blocks = []
+        for r in results:
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": r.call.id, "content": _result_content(r)}
+            if r.is_error:
+                block["is_error"] = True
+            blocks.append(block)
+        user = {"role": "user", "content": blocks}
+        body = append_array(body, ["messages"], [jsonspan.dumps(assistant), jsonspan.dumps(user)])
+        return append_array(body, ["tools"], add_raws) if add_raws else body
+
+    def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+        hidden = set(names)
+        out = dict(message)
+        out["content"] = [
+            b
+            for b in as_list(message.get("content"))
+            if not (isinstance(b, dict) and b.get("type") == "tool_use" and named(b.get("name"), hidden))
+        ]
+        if out.get("stop_reason") == "tool_use" and not self.calls(out):
+            out["stop_reason"] = "end_turn"
+        return out
+
+    def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        out = dict(rounds[-1])
+        out["id"] = rounds[0].get("id", out.get("id"))
+        out["content"] = [b for r in rounds for b in as_list(r.get("content"))]
+        usage = sum_usage(r.get("usage") for r in rounds)
+        if usage is not None:
+            out["usage"] = usage
+        return out
+
+    def shown(self, message: dict[str, Any]) -> list[Any]:
+        return [{"role": "assistant", "content": message.get("content")}]
+
+    def decoder(self) -> StreamDecoder:
+        return AnthropicStreamDecoder()
+
+    def encode_stream(self, message: dict[str, Any]) -> bytes:
+        return encode(message)
+
+    def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+        """Anthropic's error body: ``{"type": "error", "error": {"type", "message"}}``."""
+        body = {"type": "error", "error": error_object(failure)}
+        return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
+
+    def stitcher(self, phantom: str, body: str) -> Stitcher:
+        return AnthropicStitcher(phantom)

@@ -1,0 +1,1 @@
+"""The bedrock wire API: its adapter, stream codec and stitcher."""

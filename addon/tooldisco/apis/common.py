@@ -1,0 +1,312 @@
+"""Helpers the adapters share: text extraction, schema reading, usage sums."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Iterable, Sequence
+
+from tooldisco.core import jsonspan
+from tooldisco.core.bytecache import MiB, memoize
+from tooldisco.apis import streaming as streams
+from tooldisco.apis.base import Failure
+from tooldisco.core.types import RequestView, Tool, Unsupported
+
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
+
+
+def clean_text(text: str) -> str:
+    """User text minus injected ``<system-reminder>`` blocks (agents add them to user turns)."""
+    return _REMINDER.sub(" ", text).strip()
+
+
+_OPEN_TAG = re.compile(r"<([A-Za-z_][\w.:-]*)(?:\s[^>]*)?>")
+# Codex wraps the project's AGENTS.md in a user message that starts with this heading.
+_AGENTS_MD = "# AGENTS.md instructions for "
+
+
+def _blocks_only(text: str) -> bool:
+    """True when ``text`` is nothing but ``<tag>…</tag>`` blocks (scanned, no regex backtracking)."""
+    rest = text.strip()
+    if not rest:
+        return False
+    while rest:
+        opening = _OPEN_TAG.match(rest)
+        if opening is None:
+            return False
+        closing = f"</{opening.group(1)}>"
+        end = rest.find(closing, opening.end())
+        if end < 0:
+            return False
+        rest = rest[end + len(closing) :].lstrip()
+    return True
+
+
+def injected(text: str) -> bool:
+    """Context an agent injects as a user turn, not the user's words: Codex sends
+    ``<environment_context>``, ``<user_instructions>``, ``<recommended_plugins>`` blocks and the
+    ``# AGENTS.md instructions for …`` wrapper as user messages."""
+    return text.startswith(_AGENTS_MD) or _blocks_only(text)
+
+
+def user_text(texts: Iterable[Any]) -> str:
+    """The user's own words among a message's text parts: reminders removed, injected parts skipped."""
+    kept = [t for t in (clean_text(p) for p in texts if isinstance(p, str)) if t and not injected(t)]
+    return "\n".join(kept)
+
+
+@dataclass
+class History:
+    """What a conversation says, gathered while an adapter walks its messages: the user's
+    last and first real text, which calls were made, and which were answered."""
+
+    query: str = ""
+    first: str = ""
+    calls: dict[str, str] = field(default_factory=dict)  # call id -> tool name
+    answered: set[str] = field(default_factory=set)  # call ids with a result
+    answered_names: set[str] = field(default_factory=set)  # for APIs whose results name the tool
+
+    def user(self, text: str) -> None:
+        if text:
+            self.query = text
+            self.first = self.first or text
+
+    def view(
+        self, tools: Sequence[Tool], forced: Iterable[str], stream: bool, hint: Any = None, continues: Any = None,
+        model: Any = None,
+    ) -> RequestView:
+        used = {self.calls[i] for i in self.answered if i in self.calls}
+        used |= {n for n in self.calls.values() if n in self.answered_names}
+        return RequestView(
+            tools=tuple(tools),
+            query=self.query,
+            first_user=self.first,
+            used=frozenset(used),
+            forced=frozenset(forced),
+            stream=stream,
+            session_hint=hint if isinstance(hint, str) and hint else None,
+            continues=continues if isinstance(continues, str) and continues else None,
+            model=model if isinstance(model, str) else "",
+        )
+
+
+class AdapterDefaults:
+    """What most APIs do: no conversation kept on the server, usage only in the body."""
+
+    def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
+        """Headers and JSON body of an HTTP error answer in the API's own format, so that the
+        client's SDK raises the error it retries (each API overrides it with its shape)."""
+        body = {"error": {"type": "api_error", "code": failure.status, "message": failure.text()}}
+        return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
+
+    def usage_headers(self, message: dict[str, Any]) -> dict[str, str]:
+        return {}
+
+    def response_id(self, message: dict[str, Any]) -> str | None:
+        return None
+
+    def pending_items(self, body: str, results: Sequence[Any]) -> list[str]:
+        return []
+
+    def with_pending(self, body: str, items: Sequence[str]) -> str:
+        return body
+
+    def restore_echo(self, response: str, body: str) -> str:
+        return response
+
+    def continue_from(self, body: str, response_id: str) -> str:
+        return body
+
+    def history_path(self, body: str) -> tuple[str, ...] | None:
+        return ("messages",)
+
+    def produced(self, entry: Any) -> bool:
+        return isinstance(entry, dict) and entry.get("role") == "assistant"
+
+    def comparable(self, entries: list[Any]) -> list[Any]:
+        return entries
+
+    #: Where one model turn's results go: inside one entry, as the items of this member
+    #: (Anthropic, Bedrock: ``content``; Gemini: ``parts``), or None: an entry each (Chat's
+    #: ``tool`` messages, Responses' ``function_call_output`` items).
+    results_member: str | None = None
+
+    def adopt(self, restored: list[str], client: Sequence[str], hidden: Sequence[str] = ()) -> list[str]:
+        return restored
+
+    def with_results(self, made: Sequence[str], hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
+        """The client's entries after a restored turn (``made``: its real entries), answering
+        that turn as it was made: the results of the calls the client never saw (a mixed
+        turn's ``hidden``, entries as ``continue_after`` made them) put first. None when there
+        are such results and no results entry follows, or not in the shape this API answers
+        calls with: the turn then passes as the client sent it. Results are matched by call id
+        here, so nothing else changes."""
+        if not hidden:
+            return list(following)
+        if not following:
+            return None
+        key = self.results_member
+        if key is None:
+            return [*hidden, *following]
+        ours, theirs = jsonspan.find(hidden[0], [key]), jsonspan.find(following[0], [key])
+        if ours is None or theirs is None or hidden[0][ours[0]] != "[" or following[0][theirs[0]] != "[":
+            return None
+        items = [hidden[0][a:b] for a, b in jsonspan.elements(hidden[0], ours)]
+        inner = following[0][theirs[0] + 1 : theirs[1] - 1].strip()
+        merged = "[" + ",".join(items) + ("," + inner if inner else "") + "]"
+        return [jsonspan.replace(following[0], theirs, merged), *following[1:]]
+
+
+def query_schema(*, upper: bool = False, strict: bool = False) -> dict[str, Any]:
+    """The phantom tool's one parameter. Gemini's OpenAPI subset spells types upper-case;
+    ``strict`` closes the object so OpenAI's strict mode accepts it either way."""
+    kind, text = ("OBJECT", "STRING") if upper else ("object", "string")
+    schema: dict[str, Any] = {
+        "type": kind,
+        "properties": {"query": {"type": text, "description": "What to search for."}},
+        "required": ["query"],
+    }
+    if strict:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def params_of(schema: Any) -> tuple[tuple[str, str], ...]:
+    """Top-level parameter names and descriptions of a JSON schema."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(props, dict):
+        return ()
+    out = []
+    for name, spec in props.items():
+        desc = spec.get("description") if isinstance(spec, dict) else None
+        out.append((str(name), desc if isinstance(desc, str) else ""))
+    return tuple(out)
+
+
+def load_object(body: str) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except ValueError as e:
+        raise Unsupported(f"body is not JSON: {e}") from None
+    except RecursionError:
+        raise Unsupported("body is nested deeper than the JSON parser goes") from None
+    if not isinstance(data, dict):
+        raise Unsupported("body is not a JSON object")
+    return data
+
+
+def tool_spans(body: str, path: Sequence[str | int]) -> list[str]:
+    """Raw texts of the array elements at ``path`` (empty when absent)."""
+    return list(_tool_spans(body, tuple(path)))
+
+
+@memoize(16 * MiB, key=lambda body, path: (id(body), len(body), hash(body), path))
+def _tool_spans(body: str, path: tuple[str | int, ...]) -> tuple[str, ...]:
+    """Cached: parse, rewrite and breakpoint handling all look at the same request's tools.
+    The key holds no body (bodies run to tens of MB): the same string object, its length
+    and its hash; only the spans are kept, within a byte budget."""
+    try:
+        items = jsonspan.find_elements(body, path)
+    except ValueError:
+        raise Unsupported(f"{'.'.join(map(str, path))} is not an array") from None
+    return () if items is None else tuple(body[a:b] for a, b in items)
+
+
+def parsed_tools(body: str, path: Sequence[str | int], parse_tool: Callable[[str], Tool]) -> tuple[Tool, ...]:
+    """The tools at ``path``; ``parse_tool`` is cached by definition text (agents resend the
+    same definitions every turn)."""
+    return tuple(parse_tool(raw) for raw in tool_spans(body, path))
+
+
+def named(value: Any, names: Collection[str]) -> bool:
+    """Whether a call's ``name`` is one of ``names``: one of another JSON type never is (and
+    may not even hash)."""
+    return isinstance(value, str) and value in names
+
+
+def check_unique(tools: Iterable[Tool]) -> None:
+    seen: set[str] = set()
+    for t in tools:
+        if not t.name:
+            raise Unsupported("a tool has no name")
+        if t.name in seen:
+            raise Unsupported(f"duplicate tool name {t.name!r}")
+        seen.add(t.name)
+
+
+def replace_array(body: str, path: Sequence[str], raws: Sequence[str]) -> str:
+    """Set the array at ``path`` (every parent must exist but the last key may be absent)."""
+    span = jsonspan.find(body, path)
+    if span is not None:
+        return jsonspan.replace(body, span, jsonspan.array_text(raws))
+    parent = jsonspan.find(body, path[:-1])
+    if parent is None:
+        raise Unsupported(f"no {'.'.join(path[:-1])} to put tools in")
+    return jsonspan.set_member(body, parent, path[-1], jsonspan.array_text(raws))
+
+
+def append_array(body: str, path: Sequence[str], raws: Sequence[str]) -> str:
+    span = jsonspan.find(body, path)
+    if span is None:
+        return replace_array(body, path, raws)
+    return jsonspan.append_to_array(body, span, raws)
+
+
+def edit_elements(body: str, path: Sequence[str], edit: Callable[[str], str | None]) -> str:
+    """``body`` with each element of the array at ``path`` that ``edit`` changes (its new text;
+    None keeps it) replaced; every other byte kept."""
+    span = jsonspan.find(body, path)
+    if span is None or body[span[0]] != "[":
+        return body
+    pieces, at = [], 0
+    for a, b in jsonspan.elements(body, span):
+        new = edit(body[a:b])
+        if new is not None:
+            pieces += [body[at:a], new]
+            at = b
+    return "".join(pieces) + body[at:] if pieces else body
+
+
+def wrap_history(body: str, path: Sequence[str], names: Collection[str], dispatcher: str, marker: str,
+                 called: Callable[[str], tuple[str, ...]], rewrite: Callable[[str, str, frozenset[str]], str]) -> str:
+    """Call-through's request side (``CallThroughAdapter.wrap``), shared: each history entry
+    that calls (``called``: memoised per entry text) a tool in ``names`` rewritten by
+    ``rewrite(text, dispatcher, those names)`` (memoised too: every request carries the whole
+    history again); an entry without ``marker`` in its text is skipped unread."""
+    def wrapped(text: str) -> str | None:
+        if marker not in text:
+            return None
+        hit = frozenset(n for n in called(text) if n in names)
+        return rewrite(text, dispatcher, hit) if hit else None
+
+    return edit_elements(body, path, wrapped)
+
+
+def sum_usage(usages: Iterable[Any]) -> Any:
+    """Add integer counts key by key (nested too); other values: the last one wins."""
+    total: Any = None
+    for u in usages:
+        if u is None:
+            continue
+        if total is None:
+            total = json.loads(json.dumps(u))
+            continue
+        total = _add(total, u)
+    return total
+
+
+def _add(a: Any, b: Any) -> Any:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = _add(a[k], v) if k in a else v
+        return out
+    if isinstance(a, int) and isinstance(b, int) and not isinstance(a, bool) and not isinstance(b, bool):
+        return a + b
+    return b if b is not None else a
+
+
+def parse_arguments(text: Any) -> Any:
+    """Tool call arguments arrive as JSON text in some APIs; keep the text if it is not JSON."""
+    return streams.parse_arguments(text) if isinstance(text, str) else text

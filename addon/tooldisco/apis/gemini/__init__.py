@@ -1,0 +1,1 @@
+"""The gemini wire API: its adapter, stream codec and stitcher."""

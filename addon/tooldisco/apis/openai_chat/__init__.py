@@ -1,0 +1,1 @@
+"""The openai_chat wire API: its adapter, stream codec and stitcher."""

@@ -1,0 +1,1 @@
+"""The openai_responses wire API: its adapter, stream codec and stitcher."""

@@ -1,0 +1,259 @@
+"""OpenAI Responses SSE: the rounds of a phantom loop as one live client stream.
+
+What the client sees (see ``base`` for the contract):
+
+- One ``sequence_number`` counter from 0 over the events it gets, and ``output_index``
+  values consecutive over the items it gets (the SDK rejects a repeated index). An event
+  nothing changes goes out as its raw bytes; a changed one is re-serialized.
+- Round 1's lifecycle events (``response.created`` / ``queued`` / ``in_progress``); later
+  rounds' are swallowed.
+- Every event of a phantom ``function_call`` item is dropped (its ``output_index`` names
+  them). A ``reasoning`` item is held until the next item's ``output_item.added`` (or the
+  round's end) shows what it led to: one whose step (the items up to the next reasoning
+  item) was phantom calls only is dropped with them, as ``OpenAIResponsesAdapter.strip``
+  drops it, because a client replaying it without its following item is rejected by the
+  API. The price: a reasoning summary reaches the client when its item ends, not token by
+  token. A reasoning item kept at a round's very end goes out with the next bytes returned.
+  Memory: besides the round's assembled response, the events of one held reasoning item
+  and the held terminal event.
+- ``response.completed`` / ``.incomplete`` are held; ``finish`` sends one, whose response
+  is the last round's with ``output`` every visible item in client order and ``usage``
+  summed over rounds (``merge`` of the stripped rounds), ``previous_response_id`` the
+  client's own.
+- The response ``id`` stays round 1's, the id ``response.created`` carried: the SDK's
+  ``ResponseStreamState`` raises "Lifecycle response identity changed" when a terminal
+  event names another. A stored chain continues from the last round's id (``merge``), so
+  the runner maps round 1's id to it for the client's next ``previous_response_id``.
+- Every response object echoes the client's own ``tools`` / ``tool_choice``, never the
+  forwarded list with the search tool. So round 1's lifecycle and terminal events differ
+  from the upstream's even without a search.
+
+Errors. An upstream ``error`` event is passed on at once (only its ``sequence_number``,
+the stream's counter, follows the client's count) and ends the client stream; so does an
+upstream ``response.failed``, stitched like a terminal event. ``fail`` sends an ``error``
+event, then ``response.failed`` (status "failed", ``error`` {code, message}). Both because
+the readers differ: the openai SDK raises ``APIError`` on an event whose payload has an
+``error`` object (its ``Stream`` checks ``data["error"]``; ``response.failed`` alone only
+makes ``get_final_response`` raise a bare RuntimeError), while Codex ignores ``error``
+events and takes ``response.failed``'s ``error.code`` (``rate_limit_exceeded`` with
+"try again in Ns" sets its retry delay). The ``error`` event carries the object nested, as
+the API sends it, and ``code`` / ``message`` / ``param`` at the top too, as the API
+reference documents it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from tooldisco.core import jsonspan
+from tooldisco.apis.openai_responses.messages import echoed_fields, merge, phantom_call, strip
+from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, dumps
+from tooldisco.apis.openai_responses.stream import ResponsesStreamDecoder
+from tooldisco.apis.framing.sse import encode_event
+from tooldisco.apis.base import Failure, OPENAI_ERROR_TYPES, RoundEnd, Stitcher, error_kind
+
+_LIFECYCLE = ("response.created", "response.queued", "response.in_progress")
+_HELD_TERMINAL = ("response.completed", "response.incomplete")
+# error_kind -> the OpenAI error type; the code a failed response names, when the upstream gave none.
+
+
+class ResponsesStitcher(Stitcher):
+    """One client Responses stream out of the rounds of one phantom loop."""
+
+    def __init__(self, phantom: str, body: str) -> None:
+        super().__init__(phantom)
+        self._echo = {key: json.loads(raw) for key, raw in echoed_fields(body).items()}
+        model = jsonspan.find(body, ["model"])  # the whole body is the conversation: decode one member
+        self._model = json.loads(body[model[0]:model[1]]) if model is not None else None
+        self._seq = 0  # the client's next sequence_number
+        self._next_index = 0  # the client's next output_index
+        self._shown: dict[str, Any] | None = None  # the finished visible rounds, merged
+        self._id: str | None = None  # round 1's response id
+        self._start_round()
+
+    def _start_round(self) -> None:
+        self._decoder = ResponsesStreamDecoder()
+        self._indexes: dict[int, int] = {}  # upstream output_index -> client output_index
+        self._hidden: set[int] = set()  # upstream output_index of phantom calls
+        self._held: list[Event] = []  # the events of a reasoning item whose fate is open
+        self._held_index: int | None = None
+        self._held_led_to_phantom = False  # only phantom calls came after the held reasoning
+        self._terminal: Event | None = None
+        self._error: Any = None
+
+    # -- the contract --------------------------------------------------------------------
+    def feed(self, data: bytes) -> bytes:
+        for event in self._decoder.feed(data):
+            self._route(event)
+        return self._take()
+
+    def end_round(self) -> RoundEnd:
+        for event in self._decoder.feed(b""):  # an event the upstream left unterminated
+            self._route(event)
+        if not self._ended:
+            self._settle_held()
+        return RoundEnd(self._message(), self._decoder.done, self._error)
+
+    def next_round(self) -> None:
+        self._shown = self._visible(self._message())
+        super().next_round()
+        self._start_round()
+
+    def finish(self) -> bytes:
+        if self._ended:
+            return self._take()
+        if self._terminal is None:  # never an empty success
+            return self.fail(Failure(502, message="upstream stream ended early"))
+        self._emit(self._terminal, response=self._client_response(self._message()))
+        self._ended = True
+        return self._take()
+
+    def fail(self, failure: Failure) -> bytes:
+        if self._ended:
+            return self._take()
+        self._settle_held()
+        error = error_object(failure)
+        message = self._message()
+        response = self._client_response(message) if message is not None or self._shown else self._bare()
+        response = {**response, "status": "failed", "error": {"code": error["code"], "message": error["message"]}}
+        if self._seq == 0:  # nothing went out yet: the stream still opens as the API's does
+            self._emit_new("response.created", response={**response, "status": "in_progress", "error": None})
+        self._emit_new("error", code=error["code"], message=error["message"], param=error["param"], error=error)
+        self._emit_new("response.failed", response=response)
+        self._ended = True
+        return self._take()
+
+    # -- routing upstream events -----------------------------------------------------------
+    def _route(self, event: Event) -> None:
+        if self._ended:
+            return
+        data = event.data
+        if not isinstance(data, dict):  # not a Responses event (a keep-alive): as it came
+            self._out += event.raw
+        elif event.type == "error":
+            self._error = data
+            self._emit(event)
+            self._ended = True
+        elif event.type in _LIFECYCLE:
+            if self.rounds == 1:
+                self._opened(data.get("response"))
+                self._emit(event, response=self._echoed(data.get("response")))
+        elif event.type in _HELD_TERMINAL:
+            self._terminal = event
+        elif event.type == "response.failed":
+            self._settle_held()
+            self._error = data
+            self._emit(event, response=self._client_response(self._message()))
+            self._ended = True
+        else:
+            self._item_event(event, data)
+
+    def _item_event(self, event: Event, data: dict[str, Any]) -> None:
+        index = data.get("output_index")
+        if not isinstance(index, int):
+            index = None  # names no item: the event passes as it came
+        if event.type == "response.output_item.added" and index is not None:
+            self._added(index, data.get("item"))
+        if index in self._hidden:
+            return
+        if index is not None and index == self._held_index:
+            self._held.append(event)
+        elif index in self._indexes:
+            self._emit(event, output_index=self._indexes[index])
+        else:
+            self._emit(event)
+
+    def _added(self, index: int, item: Any) -> None:
+        """A new item shows what a held reasoning item led to, then takes its own place."""
+        if phantom_call(item, {self.phantom}):
+            self._hidden.add(index)
+            self._held_led_to_phantom = self._held_index is not None
+            return
+        if isinstance(item, dict) and item.get("type") == "reasoning":
+            self._settle_held()  # its step ends where the next reasoning item starts
+            self._held_index = index
+        else:
+            self._release_held()  # it led to a visible item: it stays
+            self._indexes[index] = self._take_index()
+
+    def _settle_held(self) -> None:
+        """The held reasoning item's step is over: dropped if it was phantom calls only."""
+        if self._held_led_to_phantom:
+            self._held, self._held_index, self._held_led_to_phantom = [], None, False
+        else:
+            self._release_held()
+
+    def _release_held(self) -> None:
+        if self._held_index is None:
+            return
+        held, index = self._held, self._held_index
+        self._held, self._held_index, self._held_led_to_phantom = [], None, False
+        self._indexes[index] = self._take_index()
+        for event in held:
+            self._emit(event, output_index=self._indexes[index])
+
+    # -- what the client sees --------------------------------------------------------------
+    def _emit(self, event: Event, **fields: Any) -> None:
+        """An upstream event as the client's next one: raw when nothing in it changes."""
+        fields["sequence_number"] = self._next_seq()
+        changed = {k: v for k, v in fields.items() if k not in event.data or event.data[k] != v}
+        self._out += encode_event(dumps({**event.data, **changed}), event.type) if changed else event.raw
+
+    def _emit_new(self, kind: str, **fields: Any) -> None:
+        self._out += encode_event(dumps({"type": kind, "sequence_number": self._next_seq(), **fields}), kind)
+
+    def _opened(self, response: Any) -> None:
+        """Round 1's lifecycle response: its id is the one the client's SDK holds us to."""
+        if self._id is None and isinstance(response, dict) and isinstance(response.get("id"), str):
+            self._id = response["id"]
+
+    def _message(self) -> dict[str, Any] | None:
+        """The current round's response as the decoder assembles it (None before it started or
+        after an error event)."""
+        try:
+            return self._decoder.message()
+        except (IncompleteStream, StreamError):
+            return None
+
+    def _visible(self, message: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The finished rounds plus ``message`` as the client sees them, merged."""
+        rounds = [r for r in (self._shown, message and strip(message, [self.phantom])) if r]
+        return merge(rounds) if rounds else None
+
+    def _client_response(self, message: dict[str, Any] | None) -> dict[str, Any]:
+        response = self._visible(message) or {}
+        if self._id is not None:
+            response["id"] = self._id
+        return self._echoed(response)
+
+    def _echoed(self, response: Any) -> Any:
+        """A response object with the client's own ``tools`` / ``tool_choice`` where it echoes them."""
+        if not isinstance(response, dict):
+            return response
+        return {**response, **{k: v for k, v in self._echo.items() if k in response}}
+
+    def _bare(self) -> dict[str, Any]:
+        """A response object for a failure before the upstream sent any (the API's fields)."""
+        return {"id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": int(time.time()),
+                "status": "failed", "error": None, "model": self._model, "output": [], "usage": None,
+                **self._echo}
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq - 1
+
+    def _take_index(self) -> int:
+        self._next_index += 1
+        return self._next_index - 1
+
+
+def error_object(failure: Failure) -> dict[str, Any]:
+    """The OpenAI error object for a failure: the upstream's own fields where its body has one."""
+    upstream = failure.upstream_error() or {}
+    kind = OPENAI_ERROR_TYPES[error_kind(failure.status)]
+    code = upstream.get("code")
+    return {"type": upstream.get("type") or kind, "code": code if isinstance(code, str) else kind,
+            "message": failure.text(), "param": upstream.get("param")}

@@ -1,0 +1,1 @@
+"""Neutral types and small helpers every layer uses. Imports nothing else of the project."""

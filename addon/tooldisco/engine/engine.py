@@ -1,0 +1,124 @@
+"""The engine: the parts of tool discovery, put together for one config.
+
+Why a composition root and nothing more: the addon stays glue (hooks, bytes in and out),
+the planner decides what to forward, the runner drives the loop over the answer, the
+search service answers searches, and this class only builds them and hands them out.
+Every public entry point fails open (see ``Planner.prepare`` and ``LoopRunner``).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import TYPE_CHECKING, Any, Mapping
+
+from loguru import logger
+
+from tooldisco.config import Config, Sessions
+from tooldisco.engine.executor import FairExecutor, Overloaded, set_switch_interval
+from tooldisco.engine.planner import FlowContext, Planner, Prepared
+from tooldisco.apis.base import Adapter
+from tooldisco.core.types import RequestView
+from tooldisco.apis.registry import detect
+from tooldisco.engine.runner import LoopRunner
+from tooldisco.search.base import MAX_QUERY_CHARS
+from tooldisco.search.factory import make_searcher
+from tooldisco.engine.searches import SearchService
+from tooldisco.engine.selector_client import SelectorClient
+from tooldisco.state.disk import SessionStore
+from tooldisco.policy import deferral, relevance
+from tooldisco.engine.telemetry import Record, TelemetrySink
+from tooldisco.core.tenants import tenant_of
+
+if TYPE_CHECKING:
+    from tooldisco.state.redis import RedisSessionStore
+
+
+def _session_store(cfg: Sessions) -> SessionStore | RedisSessionStore:
+    """The configured backend; redis (an optional extra) is imported only when asked for."""
+    if cfg.backend == "redis":
+        # Not at the top: redis is an optional extra (pip install tooldisco[redis]).
+        from tooldisco.state.redis import RedisSessionStore
+
+        return RedisSessionStore(cfg.redis, cfg.ttl)
+    return SessionStore(cfg.directory(), cfg.ttl, cfg.cleanup_interval, cfg.timeout, cfg.retry_after)
+
+
+class Engine:
+    def __init__(self, config: Config, store: SessionStore | RedisSessionStore | None = None):
+        self.config = config
+        td = config.tool_discovery
+        self.store = store if store is not None else _session_store(config.sessions)
+        self.telemetry = TelemetrySink(config.telemetry.path if config.telemetry.enabled else None)
+        self.searcher = make_searcher(td.search.backend, cache_dir=td.search.cache_dir)
+        scorer = None if td.scorer == "overlap" else make_searcher(td.scorer, cache_dir=td.search.cache_dir)
+        self.ranker = scorer.search if scorer else None
+        self.selector = SelectorClient(td.api)
+        self.searches = SearchService(td, self.searcher, self.selector)
+        self.planner = Planner(config, self.store, self.telemetry, self.ranker, self.searches.warm, self._shadow)
+        p = config.planning
+        self.pool = FairExecutor(p.workers, p.per_tenant, p.queue, p.wait)
+        set_switch_interval(p.switch_interval)
+        self._overloaded_logged = 0.0
+
+    def adapter_for(self, host: str, method: str, path: str) -> Adapter | None:
+        td = self.config.tool_discovery
+        if not td.enabled or not self.config.handles_host(host):
+            return None
+        return detect(method, path, host)
+
+    def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
+        """What to forward (blocking: call it from a worker thread)."""
+        return self.planner.prepare(adapter, headers, body, query)
+
+    async def plan(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
+        """``prepare`` on the planning pool, its tenant's share of it (``executor``). The pool
+        over its bounds: the request goes unprocessed, as if tool discovery were off for it."""
+        tenant = tenant_of(headers, query) or ""
+        try:
+            return await self.pool.run(tenant, self.prepare, adapter, headers, body, query)
+        except Overloaded as e:
+            record = Record(provider=adapter.api, strategy=self.config.tool_discovery.strategy,
+                            fallback_reason="overloaded")
+            self.telemetry.submit(record)
+            now = time.monotonic()
+            if now - self._overloaded_logged > 10:  # one line per burst, not one per request
+                self._overloaded_logged = now
+                logger.warning("tool discovery skipped: planning is overloaded ({}); requests go through "
+                               "unprocessed until it catches up (see planning: in the config)", e)
+            return Prepared(record=record)
+
+    def runner(self, ctx: FlowContext) -> LoopRunner:
+        return LoopRunner(ctx, self.searches, self.store, self.telemetry, self.config.tool_discovery.max_phantom_loops)
+
+    async def _shadow(self, view: RequestView, plan: deferral.DeferralPlan, record: Record) -> None:
+        """api dark/shadow rollout: what the selector would have loaded, logged, traffic untouched.
+        The query is capped as the selector's contract requires; it reaches telemetry only when
+        ``telemetry.include_prompts`` asks for it."""
+        td = self.config.tool_discovery
+        try:
+            query = view.query[:MAX_QUERY_CHARS]
+            sel = await self.selector.select(query, td.max_search_results, td.always_keep, plan.deferred)
+            shadow: dict[str, Any] = {"selected": sel.names, "status": sel.status, "ms": sel.ms,
+                                      "fallback": sel.fallback, "deferred": len(plan.deferred)}
+            if self.config.telemetry.include_prompts:
+                shadow["pattern"] = query
+            if td.api.rollout == "shadow":
+                keep = relevance.keep_count(len(view.tools), td)
+                # Ranking may embed every tool (hybrid): a planning worker, not the event loop.
+                selection = await self.pool.run("", partial(relevance.select, ranker=self.ranker), view, td, keep)
+                kept = [t.name for t in selection.kept]
+                hits = [n for n in sel.names if n in kept]
+                shadow |= {"relevance_kept": kept, "overlap": len(hits) / len(sel.names) if sel.names else None}
+            record.shadow = shadow
+            record.outcome = "shadow" if td.api.rollout == "shadow" else "dark"
+        except Exception as e:  # observability must never hurt traffic
+            logger.debug("rollout shadow failed: {}", e)
+            record.outcome = f"error: {type(e).__name__}"
+        finally:
+            self.telemetry.submit(record)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.telemetry.close()
+        self.store.close()

@@ -1,0 +1,372 @@
+"""The request phase: what to forward for one request, and what its answer will need.
+
+Why apart from the runner: planning is pure given the session state (view in, body and
+context out) and runs in a worker thread before the request leaves; the response phase
+is async and owns the network. The two meet in ``FlowContext``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
+from typing import Awaitable, Callable, Mapping, Sequence, TypeVar, cast
+
+from loguru import logger
+
+from tooldisco.config import Config
+from tooldisco.core import jsonspan
+from tooldisco.engine import rounds
+from tooldisco.apis.base import Adapter, CallThroughAdapter, NativeAdapter
+from tooldisco.core.types import RequestView, Tool, Unsupported
+from tooldisco.search.base import Catalog
+from tooldisco.state.base import SessionState, session_key
+from tooldisco.state.disk import SessionStore
+from tooldisco.policy import call_through, deferral, native, relevance
+from tooldisco.engine.telemetry import Record, TelemetrySink
+from tooldisco.core.tokens import estimate_tokens
+from tooldisco.core.tenants import tenant_of
+
+Ranker = Callable[..., object] | None
+T = TypeVar("T")
+
+
+@dataclass
+class FlowContext:
+    """What the response phase needs to know about one rewritten request."""
+
+    adapter: Adapter
+    session: str
+    tenant: str
+    persist: bool  # False: a caller without a credential, whose turns keep no state
+    body: str  # as forwarded
+    original: bytes  # as the client sent it: the fail-open resend, and what echoes show
+    phantom: str  # the search tool's name; "" when the strategy runs no loop (relevance)
+    catalog: dict[str, Tool]  # what a search may find: deferred tools of this very request, never the session's
+    forwarded: list[str]
+    record: Record
+    stream: bool = False  # the client asked for a stream (Gemini's JSON-array stream included)
+    rewritten: bool = True  # the forwarded body differs from the client's
+    native: bool = False  # native deferral: found tools load inline, tools[] never changes
+    # Native or call-through: the same request deferred the classic way, made if the upstream refuses.
+    classic: Callable[[], FlowContext] | None = None
+    model: str = ""  # the request's model (native: remembered when its API refuses native fields)
+    dispatch: call_through.Dispatch | None = None  # call-through: found tools are called through it
+
+    @property
+    def client_body(self) -> str:
+        return self.original.decode("utf-8", "replace")
+
+    @cached_property
+    def searchable(self) -> Catalog:
+        """``catalog`` as searches take it: the warm-up and every search of this request share
+        one catalog key (``search.base.Catalog``)."""
+        return Catalog(self.catalog.values())
+
+
+@dataclass
+class Prepared:
+    body: bytes | None = None  # the new body, or None to forward unchanged
+    context: FlowContext | None = None  # set when the answer must go through the runner
+    background: Callable[[], Awaitable[None]] | None = None  # run without delaying the request
+    record: Record | None = None  # this request's telemetry (completed later when ``context`` is set)
+
+
+@dataclass
+class _Session:
+    key: str
+    tenant: str
+    persist: bool
+    pending: list[str] = field(default_factory=list)  # results a stored chain still awaits
+    head: str | None = None  # the stored response the chain really continues from
+
+
+class Planner:
+    def __init__(self, config: Config, store: SessionStore, telemetry: TelemetrySink,
+                 ranker: Ranker, warm: Callable[[Catalog], Awaitable[None]],
+                 shadow: Callable[[RequestView, deferral.DeferralPlan, Record], Awaitable[None]]) -> None:
+        self.config = config
+        self.store = store
+        self.telemetry = telemetry
+        self.ranker = ranker
+        self._warm = warm
+        self._shadow = shadow
+
+    def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
+        """Decide what to forward. ``headers`` keys must be lowercase; ``query`` is the URL's."""
+        td = self.config.tool_discovery
+        started = time.perf_counter()
+        record = Record(provider=adapter.api, strategy=td.strategy)
+        try:
+            text = _text(body)
+            with jsonspan.reusing(text):  # the body's objects decoded once, however often searched
+                return self._plan(adapter, headers, body, text, query, record)
+        except Unsupported as e:
+            record.fallback_reason = f"unsupported: {e}"
+            logger.warning("tool discovery skipped ({}): {}", adapter.api, e)
+            return Prepared(record=record)
+        except Exception as e:  # fail open: whatever went wrong, forward unchanged
+            record.fallback_reason = f"error: {type(e).__name__}"
+            logger.opt(exception=e).warning("tool discovery failed ({}); forwarding unchanged", adapter.api)
+            return Prepared(record=record)
+        finally:
+            record.processing_ms = round((time.perf_counter() - started) * 1000, 3)
+            if record.outcome != "pending":  # else the runner (or the rollout) completes the record
+                self.telemetry.submit(record)
+
+    def _plan(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, text: str, query: str,
+              record: Record) -> Prepared:
+        """``prepare``'s work on the decoded body; whatever it raises, ``prepare`` fails open."""
+        td = self.config.tool_discovery
+        view = adapter.parse(text)
+        record.stream = view.stream
+        record.total_tools = len(view.tools)
+        before = sum(estimate_tokens(t.raw) for t in view.tools)
+        record.tool_tokens_before = record.tool_tokens_after = before
+        record.kept_tools = len(view.tools)
+        session = self._session(view, headers, query)
+        record.session = session.key[:12]
+        forwarded = text
+        if session.persist and td.strategy in ("tool-search", "api"):  # the strategies that stitch
+            # The upstream goes on from what it really produced, not from the message stitched for the client.
+            forwarded, record.restored = rounds.restore(
+                adapter, text, lambda digest: self.store.rounds(session.tenant, session.key, digest))
+        if session.head:  # the client chains from the id it was shown; the server from the last round
+            forwarded = adapter.continue_from(forwarded, session.head)
+        if session.pending:  # results a stored chain still awaits from a mixed turn the client saw
+            forwarded = adapter.with_pending(forwarded, session.pending)
+        if td.strategy != "passthrough" and (defers := deferral.client_defers(view)):
+            # The client searches its own deferred tools: a second search tool beside it could
+            # only fail, and hiding more tools would put them where its search cannot look.
+            record.fallback_reason = defers
+            prepared = Prepared()
+        elif td.strategy == "relevance":
+            prepared = self._relevance(adapter, view, forwarded, body, session, record)
+        elif td.strategy in ("tool-search", "api"):
+            prepared = self._deferral(adapter, view, forwarded, body, session, record)
+        else:
+            record.fallback_reason = "passthrough"
+            prepared = Prepared()
+        if (session.pending or session.head or record.restored) and prepared.body is None:
+            prepared.body = forwarded.encode("utf-8")
+        prepared.record = record
+        return prepared
+
+    def _session(self, view: RequestView, headers: Mapping[str, str], query: str) -> _Session:
+        """The session key, and results a chained-from response still awaits.
+
+        A request chaining from a stored response belongs to that response's session. A
+        caller without any credential keeps no state across requests: its session is its
+        own request. With no session id and no user text the request gets a session of its
+        own rather than one shared by every such request of the tenant."""
+        tenant = tenant_of(headers, query)
+        if tenant is None:
+            return _Session(f"anon:{uuid.uuid4().hex}", "", False)
+        if view.continues and (link := self.store.linked(tenant, view.continues)):
+            return _Session(link.session, tenant, True, link.pending, link.head)
+        hint = view.session_hint or next(
+            (headers[h] for h in self.config.sessions.session_headers if headers.get(h)), None
+        )
+        if not hint and not view.first_user:
+            hint = f"chain:{view.continues}" if view.continues else f"once:{uuid.uuid4().hex}"
+        return _Session(session_key(tenant, hint, view.first_user), tenant, True)
+
+    def _decide(self, session: _Session, decide: Callable[[SessionState], T]) -> T:
+        """Run ``decide`` over the session's state, keeping what it records, in one transaction:
+        flows of one session overlap (sub-agents), and a read apart from its write would lose
+        the update of a flow in between. A caller without a credential gets a blank state,
+        kept nowhere."""
+        if not session.persist:
+            return decide(SessionState())
+        return self.store.update(session.key, decide)
+
+    def _relevance(self, adapter: Adapter, view: RequestView, text: str, original: bytes, session: _Session,
+                   record: Record) -> Prepared:
+        td = self.config.tool_discovery
+        total = len(view.tools)
+        keep = relevance.keep_count(total, td)
+        if not total or total <= td.min_tools or keep >= total:
+            record.fallback_reason = "no_tools" if not total else "below_min_tools"
+            return Prepared()
+        ranker = _ranked_now(self.ranker, view)
+        seen = frozenset(view.names())
+        size = estimate_tokens(text)
+
+        def decide(s: SessionState) -> relevance.Selection:
+            order = relevance.recall(s.forwarded, seen)
+            sel = relevance.select(view, td, keep, order, s.expanded, ranker, size)
+            relevance.remember(s.forwarded, seen, [t.name for t in sel.kept])
+            return sel
+
+        sel = self._decide(session, decide)
+        self._count(record, sel.kept, sel.deferred)
+        if [t.name for t in sel.kept] == view.names():
+            return Prepared()
+        new = adapter.with_tools(text, [t.raw for t in sel.kept])
+        record.outcome = "pending"
+        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original, "", {},
+                          [t.name for t in sel.kept], record, view.stream)
+        return Prepared(new.encode("utf-8"), ctx)
+
+    def _deferral(self, adapter: Adapter, view: RequestView, text: str, original: bytes, session: _Session,
+                  record: Record) -> Prepared:
+        td = self.config.tool_discovery
+        phantom = td.search_tool_name
+        if phantom in view.names():
+            record.fallback_reason = "search_tool_name_taken"
+            logger.warning("client already sends a tool named {}: not deferring", phantom)
+            return Prepared()
+        ranker = _ranked_now(self.ranker, view) if td.defer.upfront else None
+        seen = frozenset(view.names())
+        applies = td.strategy != "api" or self._in_rollout(session.key)  # else the request goes unchanged
+        model = native.model_of(adapter, view) if adapter.api in native.KINDS else ""
+        # Responses names its native search call itself: a client function of that name would be mistaken for it.
+        native_free = adapter.api in native.KINDS and cast(NativeAdapter, adapter).native_search(phantom) not in seen
+        # Call-through: found tools stay deferred (called through the dispatcher), so tools[] never grows.
+        through = adapter.api in td.defer.call_through and td.call_tool_name not in seen
+
+        # The key a refusal of call-through is remembered by: the model, or the API (Gemini names it in the path).
+        through_key = view.model or adapter.api
+
+        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, bool]:
+            through_here = through and through_key not in s.classic
+            plan = deferral.plan(view, td, s.upfront, () if through_here else s.expanded, ranker)
+            if plan.skipped or not applies:
+                return plan, None, False
+            if not s.upfront:  # chosen once per session, never re-ranked (see deferral.plan)
+                s.upfront = [t.name for t in plan.kept]
+            natively = None
+            if native_free and native.applies(adapter, model, td, s.classic):
+                natively = native.plan(view, td, (s.upfront or ()) if td.defer.native_upfront else ())
+                natively = None if natively.skipped else natively
+            return plan, natively, through_here
+
+        plan, natively, calls_through = self._decide(session, decide)
+        if plan.skipped:
+            record.fallback_reason = plan.skipped
+            return Prepared()
+        if td.strategy == "api" and (held := self._rollout(view, plan, session.key, record)) is not None:
+            return held
+        record.outcome = "pending"
+        ctx = self._classic(adapter, plan, text, original, session, record, view.stream, calls_through)
+        ctx.model = through_key if calls_through else model
+        if calls_through:  # refused (an API version without ``parametersJsonSchema``): this request the classic way
+            ctx.classic = partial(self._classic, adapter, plan, text, original, session, record, view.stream, False)
+        if natively is not None:
+            ctx = self._native(cast(NativeAdapter, adapter), natively, text, ctx)
+        record.deferral = "native" if ctx.native else "call-through" if calls_through else "classic"
+        return Prepared(ctx.body.encode("utf-8"), ctx, self._warm_up(ctx.searchable))
+
+    def _classic(self, adapter: Adapter, plan: deferral.DeferralPlan, text: str, original: bytes,
+                 session: _Session, record: Record, stream: bool, through: bool) -> FlowContext:
+        """Classic deferral: kept tools, the search tool, tools found earlier; a discovery appends.
+
+        Searchable are the deferred tools of this request alone: a session may be shared by
+        clients with other tools (one credential, the same first message), and a definition
+        only another client sent must never reach this one's model (``sessions``).
+
+        ``through`` (call-through, ``policy.call_through``): kept tools, the search tool and
+        the dispatcher, the same for the whole session; found tools are called through the
+        dispatcher, and the history's calls of deferred tools go upstream as the dispatcher
+        calls they were made as."""
+        td = self.config.tool_discovery
+        phantom = td.search_tool_name
+        dispatcher = td.call_tool_name if through else None
+        catalog = {t.name: t for t in plan.deferred}
+        backend = "api" if td.strategy == "api" else td.search.backend
+        added = [adapter.phantom_tool(
+            # Described over deferred + found: a discovery then leaves the search tool's text,
+            # and so the cached prompt prefix up to it, unchanged.
+            phantom,
+            deferral.phantom_description(plan.deferred + plan.expanded, backend, td.max_search_results, dispatcher),
+        )]
+        if dispatcher:
+            through_adapter = cast(CallThroughAdapter, adapter)
+            added.append(through_adapter.dispatcher_tool(dispatcher, call_through.description(phantom)))
+            text = through_adapter.wrap(text, catalog.keys(), dispatcher)
+        new = adapter.with_tools(text, [t.raw for t in plan.kept] + added + [t.raw for t in plan.expanded])
+        self._count(record, plan.kept + plan.expanded, plan.deferred, extra=sum(map(estimate_tokens, added)))
+        loaded = [t.name for t in plan.kept + plan.expanded]
+        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original, phantom, catalog,
+                          loaded + [phantom] + ([dispatcher] if dispatcher else []), record, stream)
+        if dispatcher:
+            ctx.dispatch = call_through.Dispatch(dispatcher, phantom, ctx.searchable, loaded)
+        return ctx
+
+    def _native(self, adapter: NativeAdapter, plan: deferral.DeferralPlan, text: str,
+                classic: FlowContext) -> FlowContext:
+        """Native deferral (``policy.native``): the client's tools as they are, deferred ones
+        marked, the search tool last; searchable are the deferred tools of this request only
+        (a reference must name a tool in ``tools[]``). Tools found on earlier turns stay deferred:
+        their loading references are in hidden rounds the client's history lacks (restoring those
+        rounds brings them back), and loading them here would change ``tools[]``."""
+        td = self.config.tool_discovery
+        backend = "api" if td.strategy == "api" else td.search.backend
+        description = deferral.phantom_description(plan.deferred, backend, td.max_search_results)
+        search = adapter.native_search_tool(td.search_tool_name, description)
+        body = adapter.native_tools(text, [t.name for t in plan.deferred], search)
+        self._count(classic.record, plan.kept, plan.deferred, extra=estimate_tokens(search))
+        name = adapter.native_search(td.search_tool_name)
+        return replace(classic, body=body, phantom=name, catalog={t.name: t for t in plan.deferred},
+                       forwarded=[t.name for t in plan.kept] + [name], native=True, classic=lambda: classic)
+
+    def _warm_up(self, tools: Catalog) -> Callable[[], Awaitable[None]] | None:
+        """Build the catalog's search index while the model is still answering, so its first
+        search does not wait for it (the search service builds each catalog's once)."""
+        if self.config.tool_discovery.strategy == "api" or not tools:
+            return None
+        return lambda: self._warm(tools)
+
+    def _rollout(self, view: RequestView, plan: deferral.DeferralPlan, key: str, record: Record) -> Prepared | None:
+        """The api strategy's staged rollout (``api.rollout``). ``None``: this request gets the
+        api strategy in full. Otherwise the request goes upstream unchanged; dark and shadow
+        ask the selector in the background and log what it would have loaded."""
+        api = self.config.tool_discovery.api
+        record.rollout = api.rollout
+        if api.rollout == "full":
+            return None
+        if api.rollout == "partial":
+            inside = self._in_rollout(key)
+            record.rollout = f"partial:{'in' if inside else 'out'}"
+            if inside:
+                return None
+            record.fallback_reason = "rollout_excluded"
+            return Prepared()
+        record.outcome = "pending"  # the background task completes the record
+        return Prepared(background=lambda: self._shadow(view, plan, record))
+
+    def _in_rollout(self, key: str) -> bool:
+        """Whether the api strategy applies to this session (a hash bucket: a session stays in or out)."""
+        api = self.config.tool_discovery.api
+        bucket = int(key[:8], 16) % 10_000 / 100
+        return api.rollout == "full" or (api.rollout == "partial" and bucket < api.rollout_percent)
+
+    def _count(self, record: Record, kept: tuple[Tool, ...], deferred: tuple[Tool, ...], extra: int = 0) -> None:
+        record.kept_tools = len(kept)
+        record.deferred_tools = len(deferred)
+        record.tool_tokens_after = sum(estimate_tokens(t.raw) for t in kept) + extra
+
+
+def _text(body: bytes) -> str:
+    """The body as the adapters read it: a JSON body is UTF-8 (RFC 8259 §8.1), any other we
+    cannot read, like a body no adapter parses."""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Unsupported(f"body is not UTF-8: {e.reason} at byte {e.start}") from None
+
+
+def _ranked_now(ranker: Ranker, view: RequestView) -> Ranker:
+    """``ranker``'s order over the request's whole catalog, computed now, before the session
+    transaction: ranking may build an index or embed a catalog, never while the store is
+    locked. Ranking a subset (deferral ranks the tools not found yet) reads it filtered."""
+    if ranker is None or not view.query.strip():
+        return ranker
+    order = ranker(view.query, view.tools, len(view.tools))
+
+    def ranked(query: str, tools: Sequence[Tool], limit: int) -> list[str]:
+        names = {t.name for t in tools}
+        return [n for n in order if n in names][:limit]
+
+    return ranked

@@ -1,0 +1,143 @@
+"""One JSON line per processed request, for observability and the reports in scripts/.
+
+Why a plain JSONL file: it can be tailed while debugging an agent and read by any
+tool afterwards. Records carry no headers and no credentials, by construction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from tooldisco.core.private import private_dir
+
+
+@dataclass
+class SearchRecord:
+    """One answered phantom search: what was asked, what was loaded, by which backend, how fast."""
+
+    query: str | None
+    matched: list[str]  # tools injected for the model
+    backend: str | None  # regex / bm25 / hybrid / fuzzy / api
+    fallback: str | None = None  # why the asked-for backend did not answer as asked
+    latency_ms: float = 0.0  # the whole search, API call included
+    error: str | None = None  # the error the model read, for bad arguments
+    deferred: int = 0  # size of the catalog searched
+    api_status: int | None = None  # api: HTTP status of the selector (None: no answer)
+    api_ms: float | None = None  # api: the selector call alone
+    selected: list[str] | None = None  # api: names as the selector returned them
+
+
+@dataclass
+class Record:
+    provider: str
+    strategy: str
+    session: str = ""
+    time: float = field(default_factory=time.time)
+    total_tools: int = 0
+    kept_tools: int = 0
+    deferred_tools: int = 0
+    tool_tokens_before: int = 0
+    tool_tokens_after: int = 0
+    processing_ms: float = 0.0
+    fallback_reason: str | None = None
+    stream: bool = False
+    searches: list[SearchRecord] = field(default_factory=list)
+    loops: int = 0
+    restored: int = 0  # stitched messages of the client's history replaced by their real rounds
+    loop_added_ms: float = 0.0  # our own time in the phantom loop, upstream time excluded
+    upstream_ms: float = 0.0
+    outcome: str | None = None
+    rollout: str | None = None  # api: dark / shadow / partial / full, and whether this session was in
+    shadow: dict[str, Any] | None = None  # api dark/shadow: what the selector chose, overlap with relevance
+    deferral: str | None = None  # tool-search / api: "native" (loaded inline), "call-through" or "classic"
+    dispatched: list[str] = field(default_factory=list)  # call-through: tools called through the dispatcher
+    refused_calls: int = 0  # call-through: dispatcher calls naming no tool, answered with an error
+
+
+class TelemetrySink:
+    """Appends records from a writer thread: a slow disk never stalls the proxy's event loop.
+
+    The file is created 0600 in a 0700 directory it creates: records name tools and
+    sessions, which are the user's business. When the queue is full a record is dropped
+    and counted rather than waited for. A dropped record is always said in the log (at
+    most once per ``WARN_EVERY`` seconds, with the running count): a gap in the file must
+    not look like a quiet period."""
+
+    QUEUE = 10_000
+    WARN_EVERY = 60.0
+
+    def __init__(self, path: str | Path | None):
+        self._path = Path(path) if path else None
+        self._queue: queue.Queue[Record | None] = queue.Queue(self.QUEUE)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.dropped = 0
+        self._warned = -self.WARN_EVERY
+        if self._path:
+            private_dir(self._path.parent)
+
+    def submit(self, record: Record) -> None:
+        """Queue one record; never blocks."""
+        if not self._path:
+            return
+        self._start()
+        try:
+            self._queue.put_nowait(record)
+        except queue.Full:
+            self._drop("the telemetry queue is full")
+
+    def flush(self) -> None:
+        """Wait until every queued record is written (tests, shutdown)."""
+        if self._thread is not None:
+            self._queue.join()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tooldisco-telemetry", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        assert self._path is not None
+        while True:
+            record = self._queue.get()
+            try:
+                if record is None:
+                    return
+                line = encode(record)
+                fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                with os.fdopen(fd, "a", encoding="ascii") as f:
+                    f.write(line)
+            except Exception as e:  # a full disk or a removed directory must not kill the writer
+                self._drop(f"cannot write to {self._path}: {type(e).__name__}: {e}")
+            finally:
+                self._queue.task_done()
+
+    def _drop(self, why: str) -> None:
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._warned >= self.WARN_EVERY:
+            self._warned = now
+            logger.warning("telemetry record dropped ({}); {} dropped so far", why, self.dropped)
+
+
+def encode(record: Record) -> str:
+    """One record as a JSON line, all ASCII: text the model wrote (a search query) may hold
+    a lone surrogate, which no UTF-8 file can take but a JSON ``\\uXXXX`` escape carries
+    (RFC 8259 §7); an unexpected value type is written as its ``str``, not lost."""
+    return json.dumps(asdict(record), ensure_ascii=True, separators=(",", ":"), default=str) + "\n"

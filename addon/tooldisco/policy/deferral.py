@@ -1,0 +1,120 @@
+"""Deferral for tool-search and api: tools wait behind the phantom search tool until found.
+
+Forwarded list: kept tools in the client's order, then the phantom search tool, then
+tools found earlier in the session in discovery order. Appending found tools keeps the
+prefix before them byte-stable, so a discovery costs the cache only what comes after.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+from tooldisco.config import ToolDiscovery
+from tooldisco.core.types import RequestView, Tool
+from tooldisco.core.tokens import estimate_tokens
+from tooldisco.policy.relevance import Ranker, must_keep, select
+
+_QUERY_HELP = {
+    "regex": "a case-insensitive regular expression over tool names, descriptions and parameters "
+    "(e.g. 'github.*issue', 'weather|forecast'); plain words work too and typos are tolerated",
+    "fuzzy": "keywords (typos are tolerated)",
+    "bm25": "keywords describing the task (e.g. 'create github issue')",
+    "hybrid": "a short description of the task or keywords (e.g. 'create github issue')",
+    "api": "a short description of the task or keywords (e.g. 'create github issue')",
+}
+
+
+@dataclass(frozen=True)
+class DeferralPlan:
+    kept: tuple[Tool, ...]  # forwarded before the search tool, client order
+    deferred: tuple[Tool, ...]  # searchable, not forwarded
+    expanded: tuple[Tool, ...]  # found earlier in the session, forwarded after the search tool
+    skipped: str | None = None  # why nothing was deferred
+
+
+def groups(tools: Sequence[Tool], most: int = 12) -> str:
+    """MCP server prefixes with counts (``mcp__github__ (23)``): the search tool's description
+    names them so the model knows what it can search for."""
+    counts: Counter[str] = Counter()
+    for t in tools:
+        parts = t.name.split("__")
+        counts[f"{parts[0]}__{parts[1]}__" if len(parts) >= 3 and parts[1] else "other"] += 1
+    # Sorted by count, then name: the same catalog always reads the same, whatever its order.
+    named = sorted(((k, n) for k, n in counts.items() if k != "other"), key=lambda kn: (-kn[1], kn[0]))[:most]
+    rest = sum(counts.values()) - sum(n for _, n in named)
+    parts = [f"{k} ({n})" for k, n in named] + ([f"other ({rest})"] if rest else [])
+    return ", ".join(parts)
+
+
+def phantom_description(deferred: Sequence[Tool], backend: str, limit: int, dispatcher: str | None = None) -> str:
+    """The search tool's description; ``dispatcher``: call-through, found tools are called through it."""
+    found = (f"The best matches (up to {limit}) are returned with their definitions: call one through "
+             f"{dispatcher} with its name and arguments. " if dispatcher else
+             f"The best matches (up to {limit}) are loaded for you and can be called directly right after. ")
+    return (
+        f"Search {len(deferred)} more tools that are available on demand: {groups(deferred)}. "
+        f"Call this whenever you need a capability none of your loaded tools has. {found}"
+        f"query: {_QUERY_HELP.get(backend, _QUERY_HELP['bm25'])}. "
+        "'select:name1,name2' loads tools by exact name; '*' lists every deferred tool name."
+    )
+
+
+def client_defers(view: RequestView) -> str | None:
+    """Why the client already defers tools itself, or None.
+
+    Tools it sent with ``defer_loading`` (Claude Code's MCP tools behind its ``ToolSearch``,
+    Responses functions behind ``tool_search``), or a provider-side search tool in its list
+    (Anthropic ``tool_search_tool_*``, Responses ``tool_search``)."""
+    for t in view.tools:
+        if t.pinned == "client_deferred":
+            return "client_defers: defer_loading"
+        if t.pinned in ("server", "builtin") and "tool_search" in t.raw:
+            kind = t.definition.get("type") if isinstance(t.definition, dict) else None
+            if isinstance(kind, str) and kind.startswith("tool_search"):
+                return f"client_defers: {kind}"
+    return None
+
+
+def plan(
+    view: RequestView,
+    cfg: ToolDiscovery,
+    upfront: Sequence[str] | None,
+    expanded: Sequence[str],
+    ranker: Ranker | None,
+) -> DeferralPlan:
+    """Kept, deferred and found tools for one request.
+
+    ``upfront``: the session's remembered set (``SessionState.upfront``: the names of the
+    first planned turn's ``kept``), reused as it is: the model can search for whatever it
+    lacks, so re-ranking it per turn would only change ``tools[]`` and break the prompt
+    cache. Empty or None on the session's first turn, which chooses it: the must-keeps and the
+    ``defer.upfront`` most relevant. The caller records ``kept``'s names as the session's
+    upfront set when it had none; native deferral (``policy.native``) keeps the same set
+    loaded, so a session that falls back from native to classic forwards the same tools.
+    """
+    by_name = {t.name: t for t in view.tools}
+    found = tuple(by_name[n] for n in expanded if n in by_name and not must_keep(by_name[n], view, cfg))
+    found_names = {t.name for t in found}
+    rest = [t for t in view.tools if t.name not in found_names]
+    deferrable = [t for t in rest if not must_keep(t, view, cfg)]
+    d = cfg.defer
+    tokens = sum(estimate_tokens(t.raw) for t in deferrable)
+    if len(deferrable) < d.min_tools and tokens < d.min_tokens:
+        return DeferralPlan(tuple(view.tools), (), (), skipped="below_threshold")
+    if not deferrable:
+        return DeferralPlan(tuple(view.tools), (), (), skipped="nothing_to_defer")
+    if upfront:
+        chosen = set(upfront)
+    elif d.upfront:
+        upfront_view = RequestView(tools=tuple(rest), query=view.query, used=view.used, forced=view.forced)
+        pinned = len(rest) - len(deferrable)
+        chosen = {t.name for t in select(upfront_view, cfg, pinned + d.upfront, ranker=ranker).kept}
+    else:
+        chosen = set()
+    kept = tuple(t for t in rest if t.name in chosen or must_keep(t, view, cfg))
+    deferred = tuple(t for t in rest if t not in kept)
+    if not deferred:
+        return DeferralPlan(tuple(view.tools), (), (), skipped="nothing_to_defer")
+    return DeferralPlan(kept, deferred, found)

@@ -1,0 +1,68 @@
+"""Native deferral: deferred tools stay in ``tools[]`` marked ``defer_loading``, searches load
+found ones inline (Anthropic ``tool_reference`` blocks, a Responses ``tool_search_output``).
+
+Why: classic deferral appends found tools to ``tools[]``, which comes first in the prompt, so
+each discovery re-bills the whole conversation behind it. With native deferral ``tools[]``
+never changes within a session: every client tool in the client's order, the pinned ones
+(and with ``defer.native_upfront`` the upfront set chosen on the session's first turn) as the
+client sent them, the rest with ``defer_loading`` added, the search tool last. Which requests
+get it: the API (``kind``) and the model, by ``tool_discovery.native`` globs, unless the API
+refused it earlier in the session.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Sequence
+
+from tooldisco.config import ToolDiscovery
+from tooldisco.apis.base import Adapter
+from tooldisco.core.types import RequestView, Tool
+from tooldisco.policy.deferral import DeferralPlan
+from tooldisco.policy.relevance import must_keep
+
+# Adapter.api -> the key of ``tool_discovery.native`` that says which models take it.
+KINDS = {"anthropic": "anthropic", "bedrock_invoke": "bedrock", "openai_responses": "responses"}
+# An upstream 400 naming one of these refused the fields of a cache-true deferral, not the
+# request: native deferral's, or call-through's JSON-Schema dispatcher (``parametersJsonSchema``,
+# which an older API version or gateway may not take).
+_REFUSAL = re.compile(r"defer_loading|tool_reference|tool_search|parameters_?json_?schema", re.IGNORECASE)
+
+
+def model_of(adapter: Adapter, view: RequestView) -> str:
+    """The request's model: Bedrock names it in the path (the adapter holds it), others in the body."""
+    model = getattr(adapter, "model", None) if adapter.api == "bedrock_invoke" else view.model
+    return model if isinstance(model, str) else ""
+
+
+def applies(adapter: Adapter, model: str, cfg: ToolDiscovery, classic: Sequence[str]) -> bool:
+    kind = KINDS.get(adapter.api)
+    return kind is not None and model not in classic and cfg.native.applies(kind, model)
+
+
+def refused(status: int, body: bytes) -> bool:
+    """Whether an upstream answer refuses the fields of native deferral or of call-through (the
+    same request goes classic)."""
+    return status == 400 and _REFUSAL.search(body[:65536].decode("utf-8", "replace")) is not None
+
+
+def plan(view: RequestView, cfg: ToolDiscovery, upfront: Sequence[str]) -> DeferralPlan:
+    """Kept (forwarded loaded) and deferred tools. ``upfront``: the session's remembered set
+    (``SessionState.upfront``, chosen by ``deferral.plan`` on its first turn), reused as it is:
+    a new choice would change ``tools[]``. A tool carrying the client's ``cache_control``
+    breakpoint stays loaded too, so the breakpoint keeps its place."""
+    keep = set(upfront)
+    kept = tuple(t for t in view.tools if t.name in keep or must_keep(t, view, cfg) or _breakpoint(t))
+    names = {t.name for t in kept}
+    deferred = tuple(t for t in view.tools if t.name not in names)
+    if not deferred:
+        return DeferralPlan(tuple(view.tools), (), (), skipped="nothing_to_defer")
+    return DeferralPlan(kept, deferred, ())
+
+
+def _breakpoint(tool: Tool) -> bool:
+    if '"cache_control"' not in tool.raw:
+        return False
+    definition = json.loads(tool.raw)
+    return isinstance(definition, dict) and "cache_control" in definition

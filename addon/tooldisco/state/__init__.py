@@ -1,0 +1,1 @@
+"""Session state and its stores: on disk (``disk``) and in Redis (``redis``)."""

@@ -1,0 +1,206 @@
+"""The session store on Redis, so several proxies share their sessions.
+
+Why: behind a load balancer, or with agents moving between machines, a tool found through
+one proxy must be loaded by the next without a second search. The semantics are the disk
+store's (``state.disk.SessionStore``: read its docstrings), on the same keys under a prefix:
+sessions by tenant-bound key with a sliding TTL, response links under ``chain:``, real
+rounds under ``rounds:``. What differs:
+
+- Atomic read-modify-write across processes is optimistic: WATCH the session, read it,
+  run ``change``, write it in MULTI/EXEC; another writer in between fails the EXEC and the
+  update runs again on what that writer left. ``change`` may therefore run more than once:
+  it must be a function of the state it is given (the planner's and runner's are).
+- Redis expires keys itself: no cleanup pass.
+- Redis may be down or slow. Every call then fails open: reads are blank, writes are
+  dropped, ``update`` runs ``change`` on a blank state and returns its result, so the
+  request goes through as if the session were new. Short timeouts bound the wait (each
+  command's, and an update's optimistic retries together); a
+  circuit breaker stops asking for ``retry_after`` seconds after a failure, then lets one
+  call probe. One warning per outage says why, one line says when Redis is back.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+import time
+from typing import Any, Callable, TypeVar
+
+import redis
+from loguru import logger
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from tooldisco.config import RedisSettings
+from tooldisco.state.base import Link, SessionState
+from tooldisco.state.disk import (
+    alias_key,
+    encode_state,
+    decode_link,
+    link_entry,
+    decode_rounds,
+    rounds_key,
+    decode_state,
+)
+
+T = TypeVar("T")
+
+MAX_ATTEMPTS = 50  # optimistic tries of one update under contention before it is dropped
+_BACKOFF_S = (0.001, 0.05)  # after a lost race: a random pause, growing with each try up to the cap
+_NONE: Any = object()
+
+
+class _Breaker:
+    """Closed: calls go to Redis. After a failure, open for ``retry_after`` seconds (calls
+    fail open without waiting for a timeout each), then one call probes; a success closes it."""
+
+    def __init__(self, where: str, retry_after: float):
+        self._where = where
+        self._retry_after = retry_after
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+        self._retry_at = 0.0
+        self._probing = False
+
+    def allows(self) -> bool:
+        with self._lock:
+            if self._down_since is None:
+                return True
+            if self._probing or time.monotonic() < self._retry_at:
+                return False
+            self._probing = True
+            return True
+
+    def failed(self, error: Exception) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._probing = False
+            self._retry_at = now + self._retry_after
+            if self._down_since is not None:
+                return
+            self._down_since = now
+        logger.warning("session store: Redis at {} is unavailable ({}: {}); requests go through without session "
+                       "state until it is back (next try in {:g} s)", self._where, type(error).__name__, error,
+                       self._retry_after)
+
+    def succeeded(self) -> None:
+        with self._lock:
+            since, self._down_since, self._probing = self._down_since, None, False
+        if since is not None:
+            logger.info("session store: Redis at {} is back after {:.1f} s", self._where, time.monotonic() - since)
+
+
+class RedisSessionStore:
+    """``SessionStore`` on Redis: the same methods, the same expiry rules, failing open."""
+
+    def __init__(self, settings: RedisSettings, ttl: float = 3600.0):
+        tls: dict[str, Any] = {}
+        if settings.url.startswith("rediss://"):
+            tls = {"ssl_ca_certs": settings.ca_file, "ssl_certfile": settings.cert_file,
+                   "ssl_keyfile": settings.key_file}
+        # No client-side retries: a failure opens the breaker instead of tripling the wait.
+        self._redis = redis.Redis.from_url(
+            settings.url, socket_timeout=settings.timeout, socket_connect_timeout=settings.timeout,
+            retry=Retry(NoBackoff(), 0), health_check_interval=30, **tls)
+        self._prefix = settings.prefix
+        self._ttl_ms = max(int(ttl * 1000), 1)
+        self._budget = settings.timeout  # optimistic retries of one update stop past it, like one slow command
+        self._breaker = _Breaker(settings.where(), settings.retry_after)
+
+    def get(self, key: str) -> SessionState:
+        """A snapshot, for reading only: a change goes through ``update``."""
+        return decode_state(self._call(lambda: _decode(self._redis.get(self._prefix + key)), None))
+
+    def update(self, key: str, change: Callable[[SessionState], T]) -> T:
+        """Read, change and write one session atomically (WATCH/MULTI/EXEC, retried when another
+        writer came in between); ``change``'s result. ``change`` may run more than once."""
+        result: Any = _NONE
+        if self._breaker.allows():
+            try:
+                result = self._update(self._prefix + key, change)
+                self._breaker.succeeded()
+            except redis.RedisError as e:
+                self._breaker.failed(e)
+        return change(SessionState()) if result is _NONE else result
+
+    def _update(self, skey: str, change: Callable[[SessionState], T]) -> T:
+        result: Any = _NONE
+        deadline = time.monotonic() + self._budget
+        tries = 0
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt and time.monotonic() > deadline:
+                break
+            tries += 1
+            with self._redis.pipeline() as pipe:
+                try:
+                    pipe.watch(skey)
+                    data = _decode(pipe.get(skey))
+                    before, state = decode_state(data), decode_state(data)
+                    result = change(state)
+                    pipe.multi()
+                    if state == before:
+                        pipe.pexpire(skey, self._ttl_ms)  # a new session left unchanged stays unwritten
+                    else:
+                        pipe.set(skey, _encode(encode_state(state)), px=self._ttl_ms)
+                    pipe.execute()
+                    return result
+                except redis.WatchError:
+                    time.sleep(random.uniform(0, min(_BACKOFF_S[0] * 2 ** attempt, _BACKOFF_S[1])))
+        logger.warning("session store: an update lost the race {} times in a row; dropped", tries)
+        return result
+
+    def link(self, tenant: str, response_id: str, session: str, pending: list[str], head: str | None = None) -> None:
+        """Remember which session a stored response belongs to (see ``SessionStore.link``)."""
+        entry = _encode(link_entry(session, pending, head))
+        self._call(lambda: self._redis.set(self._prefix + alias_key(tenant, response_id), entry, px=self._ttl_ms), None)
+
+    def linked(self, tenant: str, response_id: str) -> Link | None:
+        return decode_link(self._call(lambda: _decode(self._redis.get(self._prefix + alias_key(tenant, response_id))), None))
+
+    def keep_rounds(self, tenant: str, session: str, digest: str, rounds: list[str]) -> None:
+        """Remember the real rounds behind a stitched message (see ``SessionStore.keep_rounds``)."""
+        entry = _encode(rounds)
+        self._call(lambda: self._redis.set(self._prefix + rounds_key(tenant, session, digest), entry,
+                                           px=self._ttl_ms), None)
+
+    def rounds(self, tenant: str, session: str, digest: str) -> list[str] | None:
+        """The real rounds behind a stitched message, their TTL extended (GETEX: in the same call)."""
+        key = self._prefix + rounds_key(tenant, session, digest)
+        return decode_rounds(self._call(lambda: _decode(self._redis.getex(key, px=self._ttl_ms)), None))
+
+    def _call(self, op: Callable[[], T], blank: T) -> T:
+        """``op``'s result, or ``blank`` when Redis fails (or failed a moment ago)."""
+        if not self._breaker.allows():
+            return blank
+        try:
+            out = op()
+        except redis.RedisError as e:
+            self._breaker.failed(e)
+            return blank
+        self._breaker.succeeded()
+        return out
+
+    def __len__(self) -> int:
+        """Keys under the prefix (a scan: for tests and scripts, not the request path)."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix) + "*"
+        return self._call(lambda: sum(1 for _ in self._redis.scan_iter(match=pattern, count=1000)), 0)
+
+    def close(self) -> None:
+        self._redis.close()
+
+
+def _encode(value: Any) -> bytes:
+    """JSON as UTF-8; a lone surrogate (a name the client sent escaped) passes as it is."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _decode(raw: bytes | None) -> Any:
+    """A stored JSON value; anything unreadable reads as absent (a blank session)."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw.decode("utf-8", "surrogatepass"))
+    except ValueError:
+        return None

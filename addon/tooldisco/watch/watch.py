@@ -1,0 +1,146 @@
+"""Follows each processed flow while it runs, then shows what the addon did on it.
+
+Why only with a view: mitmweb and the console keep a view of the flows (the ``view`` addon);
+mitmdump has none and shows nothing of this, so there the watcher does nothing and costs
+nothing. With a view, a processed flow gets, when it ends:
+
+- a comment and ``flow.metadata["tool_discovery"]`` from its telemetry record (completed by
+  then: the runner closes it before the last byte leaves, live streams included), and the
+  per-tool table the "Tool discovery" contentview shows (computed off the event loop);
+- a marker when the proxy searched (:mag:) or fell back (:warning:);
+- one flow per upstream round when the proxy made more than one, linked to it and marked as
+  the proxy's own (:gear:), in the order they happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from mitmproxy import ctx, http
+
+from tooldisco.config import ToolDiscovery
+from tooldisco.apis.base import Adapter
+from tooldisco.core.answers import Answer
+from tooldisco.engine.telemetry import Record
+
+from tooldisco.watch import rounds, summary, tools
+from tooldisco.watch.view import FLOW_KEY
+
+MAX_WATCHED = 10_000  # flows followed at once; past it the oldest is let go (it only loses its annotations)
+SEARCHED, FELL_BACK = ":mag:", ":warning:"
+log = logging.getLogger("tool_discovery")
+
+
+@dataclass
+class _Watch:
+    record: Record
+    adapter: Adapter
+    client_body: bytes  # decoded, as the client sent it
+    upstream_body: bytes | None  # as forwarded; None: the request went unchanged
+    phantom: str
+    rounds: list[rounds.Round] = field(default_factory=list)
+
+
+class Watcher:
+    def __init__(self, config: Callable[[], ToolDiscovery | None]) -> None:
+        self._config = config
+        self._flows: dict[str, _Watch] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @staticmethod
+    def _view() -> Any:
+        try:
+            return ctx.master.addons.get("view")
+        except AttributeError:  # no master (an addon driven without mitmproxy)
+            return None
+
+    def begin(self, flow: http.HTTPFlow, adapter: Adapter, client_body: bytes, upstream_body: bytes | None,
+              record: Record | None, phantom: str) -> None:
+        """Follow ``flow``: the engine planned it and ``record`` will say what happened."""
+        if record is None or self._view() is None:
+            return
+        self._flows[flow.id] = _Watch(record, adapter, client_body, upstream_body, phantom)
+        while len(self._flows) > MAX_WATCHED:
+            self._flows.pop(next(iter(self._flows)))
+
+    def forget(self, flow: http.HTTPFlow) -> None:
+        """The addon failed open: the flow went as the client sent it, nothing of ours to show."""
+        self._flows.pop(flow.id, None)
+
+    def tee(self, flow_id: str, url: str, headers: Sequence[tuple[str, str]], body: bytes, started: float,
+            answer: Answer, whole: bytes | None = None) -> Answer:
+        """``answer`` to one of the flow's upstream rounds, recorded as it is read when the flow is
+        followed; ``whole``: its body when it is known already (a buffered answer)."""
+        watch = self._flows.get(flow_id)
+        if watch is None:
+            return answer
+        rnd, answer = rounds.capture(url, headers, body, started, answer, whole)
+        watch.rounds.append(rnd)
+        return answer
+
+    # Hooks: the watcher is added at the end of mitmproxy's chain, so it sees each flow as it
+    # ends, after every other addon (the engine's own response hook, which runs the loop, included).
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self.finish(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self.finish(flow)
+
+    def finish(self, flow: http.HTTPFlow) -> None:
+        """Annotate an ended flow and show its rounds. Cheap and synchronous (the stream's last
+        bytes wait for the hooks); the per-tool table is made in a worker thread and lands a moment later."""
+        watch = self._flows.pop(flow.id, None)
+        view = self._view()
+        if watch is None or view is None:
+            return
+        record = asdict(watch.record)
+        shown: list[http.HTTPFlow] = []
+        if len(watch.rounds) > 1:  # one round: the client's flow is the whole story
+            for i, rnd in enumerate(watch.rounds):
+                label = rounds.kind(i, rnd, watch.client_body)
+                shown.append(rounds.to_flow(rnd, flow.id, i, len(watch.rounds), label, watch.phantom))
+        info = {"record": record, "phantom": watch.phantom, "rounds": [f.id for f in shown], "tools": []}
+        flow.metadata[FLOW_KEY] = info
+        _annotate(flow, info)
+        view.update([flow])
+        if shown:
+            view.add(shown)
+        self._spawn(self._tabulate(flow, watch, info, view))
+
+    async def _tabulate(self, flow: http.HTTPFlow, watch: _Watch, info: dict[str, Any], view: Any) -> None:
+        found = summary.found_names(info["record"])
+        try:
+            rows = await asyncio.to_thread(
+                tools.compare, watch.adapter, watch.client_body.decode("utf-8"),
+                watch.upstream_body.decode("utf-8") if watch.upstream_body is not None else None,
+                watch.phantom, found, self._config())
+        except Exception as e:  # observability never hurts traffic: the flow keeps its comment
+            log.debug("tool table of flow %s not made: %s", flow.id, e)
+            return
+        info["tools"] = [r.as_list() for r in rows]
+        _annotate(flow, info)
+        view.update([flow])
+
+    def _spawn(self, coro) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(coro)
+        except RuntimeError:
+            coro.close()
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def _annotate(flow: http.HTTPFlow, info: dict[str, Any]) -> None:
+    record = info["record"]
+    rows = [tools.Row.of(r) for r in info["tools"]]
+    found = tools.counts(rows).get(tools.FOUND, 0) if rows else len(summary.found_names(record))
+    flow.comment = summary.comment(record, found, len(info["rounds"]))
+    if record.get("searches"):
+        flow.marked = SEARCHED
+    elif record.get("fallback_reason", "") and str(record["fallback_reason"]).startswith(("rewrite_", "reforward_", "error")):
+        flow.marked = FELL_BACK

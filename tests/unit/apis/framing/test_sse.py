@@ -1,0 +1,97 @@
+"""SSE framing: the spec's field rules, any chunking, raw bytes kept, encoder."""
+
+from __future__ import annotations
+
+from openai._streaming import SSEDecoder as OpenAISSEDecoder
+from tests.support.streams import decode, every_split, fixture, random_chunkings
+from tooldisco.apis.framing.sse import SSEDecoder, SSEEvent, encode_event
+
+MIXED = (
+    b"\xef\xbb\xbf: leading comment\r\n"
+    b"event: first\r\n"
+    b"data: line one\r\n"
+    b"data:line two\r\n"
+    b"id: 42\r\n"
+    b"retry: 1500\r\n"
+    b"\r\n"
+    b"data: caf\xc3\xa9 \xf0\x9f\x8c\xa6\r"
+    b"\r"
+    b"event: empty-data\n"
+    b"data\n"
+    b"unknown: ignored\n"
+    b"\n"
+    b": only a comment\n\n"
+    b"data:  two spaces keep one\n"
+    b"retry: soon\n"
+    b"\n"
+)
+
+
+def summary(events: list[SSEEvent]) -> list[tuple[str | None, str, str | None, int | None]]:
+    return [(e.event, e.data, e.id, e.retry) for e in events]
+
+
+def test_fields_comments_line_endings() -> None:
+    _, events = decode(SSEDecoder, [MIXED])
+    assert summary(events) == [
+        ("first", "line one\nline two", "42", 1500),
+        (None, "café 🌦", "42", None),  # the last event id persists, as the spec says
+        ("empty-data", "", "42", None),
+        (None, " two spaces keep one", "42", None),
+    ]
+
+
+def test_raw_bytes_concatenate_to_the_stream() -> None:
+    _, events = decode(SSEDecoder, [MIXED])
+    assert b"".join(e.raw for e in events) == MIXED
+
+
+def test_every_split_point_gives_the_same_events() -> None:
+    _, expected = decode(SSEDecoder, [MIXED])
+    for chunks in every_split(MIXED):
+        assert decode(SSEDecoder, chunks)[1] == expected, chunks
+
+
+def test_random_chunkings_of_a_real_stream() -> None:
+    body = fixture("anthropic_server_tools_crlf.sse")
+    _, expected = decode(SSEDecoder, [body])
+    assert len(expected) == 16
+    for chunks in random_chunkings(body):
+        assert decode(SSEDecoder, chunks)[1] == expected
+
+
+def test_same_events_as_the_openai_sdk_decoder() -> None:
+    for name in ("anthropic_thinking_tool.sse", "anthropic_server_tools_crlf.sse", "openai_chat_tools_usage.sse"):
+        body = fixture(name)
+        sdk = [(s.event, s.data) for s in OpenAISSEDecoder().iter_bytes(iter([body]))]
+        ours = [(e.event, e.data) for e in decode(SSEDecoder, [body])[1]]
+        assert ours == sdk
+
+
+def test_unterminated_last_event_is_flushed_at_end() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"event: a\ndata: {}\n\nevent: b\ndata: tail") == [
+        SSEEvent(data="{}", event="a", raw=b"event: a\ndata: {}\n\n")
+    ]
+    assert decoder.feed(b"") == [SSEEvent(data="tail", event="b", raw=b"event: b\ndata: tail")]
+
+
+def test_cr_at_chunk_end_waits_for_a_possible_lf() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: x\r") == []
+    assert decoder.feed(b"\n\r") == []  # the blank line's CR may still be half of a CRLF
+    assert decoder.feed(b"\ndata: y\r") == [SSEEvent(data="x", raw=b"data: x\r\n\r\n")]
+    assert decoder.feed(b"\r") == []
+    assert decoder.feed(b"") == [SSEEvent(data="y", raw=b"data: y\r\r")]
+
+
+def test_invalid_utf8_does_not_raise() -> None:
+    _, events = decode(SSEDecoder, [b"data: \xff\xfe ok\n\n"])
+    assert events[0].data == "\ufffd\ufffd ok"
+
+
+def test_encoder_round_trip() -> None:
+    body = encode_event("a\nb\r\nc", "evt", id="7", retry=10) + encode_event("{}", newline="\r\n")
+    assert body == b"event: evt\nid: 7\nretry: 10\ndata: a\ndata: b\ndata: c\n\ndata: {}\r\n\r\n"
+    _, events = decode(SSEDecoder, [body])
+    assert summary(events) == [("evt", "a\nb\nc", "7", 10), (None, "{}", "7", None)]

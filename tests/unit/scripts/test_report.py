@@ -1,0 +1,119 @@
+"""scripts/report.py: streaming aggregates, filters, the page and its PNGs, on records written
+with the engine's own record types."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from tooldisco.engine.telemetry import Record, SearchRecord
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "scripts"))  # report.py imports report_api beside it
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+report = _load("report")
+bench = _load("report_bench")
+T0 = 1_780_000_000.0
+
+
+def line(record: Record, when: float = T0) -> str:
+    record.time = when
+    return json.dumps(asdict(record))
+
+
+def test_a_sample_is_exact_until_full_then_bounded_and_uniform():
+    s = report.Sample(size=100)
+    for v in range(50):
+        s.append(float(v))
+    assert list(s) == [float(v) for v in range(50)] and report.percentiles(s)[50] == pytest.approx(24.5)
+    for v in range(50, 100_000):
+        s.append(float(v))
+    assert len(s) == 100 and s.seen == 100_000
+    assert 30_000 < report.percentiles(s)[50] < 70_000  # a uniform sample of 0..99,999
+
+
+def test_the_timeline_stays_bounded_and_keeps_every_sum():
+    t = report.Timeline(width=1.0, most=16)
+    for i in range(10_000):
+        t.add(T0 + (i * 7919) % 10_000, "anthropic" if i % 2 else "gemini", 100, 40)  # out of order
+    assert len(t.buckets) <= 16
+    series = t.ordered()
+    assert sum(b.requests for _, b in series) == 10_000
+    assert sum(b.saved["anthropic"] + b.saved["gemini"] for _, b in series) == 10_000 * 60
+    assert [when for when, _ in series] == sorted(when for when, _ in series)
+
+
+def test_filters_by_time_session_api_and_strategy():
+    agg = report.Aggregate()
+    records = [
+        line(Record("anthropic", "tool-search", session="aaaa1111"), T0),
+        line(Record("gemini", "tool-search", session="aaaa2222"), T0 + 10),
+        line(Record("anthropic", "relevance", session="bbbb1111"), T0 + 20),
+        line(Record("anthropic", "tool-search", session="aaaa3333"), T0 + 30),
+        "not json", "[1]",
+    ]
+    f = report.Filters(since=T0 + 5, until=T0 + 30, sessions=("aaaa", "bbbb"), apis=("anthropic", "gemini"),
+                       strategies=("tool-search",))
+    for text in records:
+        agg.line(text, f)
+    assert (agg.records, agg.filtered, agg.malformed) == (1, 3, 2)
+    assert list(agg.apis) == ["gemini"]
+    assert "session aaaa, bbbb" in f.describe()
+
+
+def test_what_a_record_adds():
+    agg = report.Aggregate()
+    searched = Record("anthropic", "tool-search", total_tools=60, tool_tokens_before=4000, tool_tokens_after=300,
+                      loops=2, loop_added_ms=3.0, processing_ms=2.0,
+                      searches=[SearchRecord("q", ["a"], "bm25", latency_ms=1.5), SearchRecord("r", ["b"], "bm25", latency_ms=2.5)])
+    fell = Record("openai_chat", "tool-search", fallback_reason="unsupported: body is not UTF-8 at byte 3")
+    selector = Record("anthropic", "api", searches=[SearchRecord("q", ["a"], "api", latency_ms=9, api_status=200, api_ms=8)],
+                      loops=1, loop_added_ms=1.0)
+    for r in (searched, fell, selector):
+        agg.line(line(r), report.Filters())
+    assert agg.apis["anthropic"].before - agg.apis["anthropic"].after == 3700
+    assert agg.searches_per_turn["tool-search"] == {2: 1, 0: 1} and agg.searches_per_turn["api"] == {1: 1}
+    assert agg.fallbacks == {"unsupported": {"tool-search": 1}}  # counted by the reason's head
+    assert sorted(agg.search_ms) == ["api", "bm25"] and list(agg.search_ms["bm25"]) == [1.5, 2.5]
+    assert agg.api.records == 1 and agg.api.successes == 1  # report_api's metrics, on the same stream
+
+
+def test_fallback_reasons_are_bounded():
+    agg = report.Aggregate()
+    for i in range(report.MAX_REASONS + 10):
+        agg.line(line(Record("gemini", "relevance", fallback_reason=f"reason{i}")), report.Filters())
+    assert len(agg.fallbacks) == report.MAX_REASONS + 1 and sum(agg.fallbacks["other"].values()) == 10
+
+
+def test_the_page_embeds_every_plot_and_writes_the_pngs(tmp_path):
+    log = tmp_path / "t.jsonl"
+    bench.write(log, 3000)
+    out = tmp_path / "r.html"
+    assert report.main([str(log), "-o", str(out), "--quiet", "--strategy", "tool-search", "--strategy", "api"]) == 0
+    text = out.read_text()
+    pngs = sorted((tmp_path / "r_png").iterdir())
+    assert [p.name for p in pngs] == sorted(["tokens_over_time.png", "cumulative_saved.png", "search_latency.png",
+                                             "searches_per_turn.png", "fallbacks.png", "per_api_strategy.png"])
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in pngs)
+    assert text.count("src='data:image/png;base64,") == 6
+    assert "strategy tool-search, api" in text and "<h2>Per API</h2>" in text and "<th>p99</th>" in text
+    assert "api strategy report" in text and "Selector success" in text  # report_api's tables
+    assert "relevance" not in text.split("<h2>Per strategy</h2>")[1].split("</table>")[0]
+
+
+def test_a_missing_file_is_an_error(tmp_path, capsys):
+    assert report.main([str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "r.html"), "--quiet"]) == 1
+    assert "cannot read" in capsys.readouterr().err

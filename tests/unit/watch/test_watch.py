@@ -1,0 +1,168 @@
+"""What the addon shows in mitmweb and the console: comment, metadata, the tools contentview, and
+the proxy's own rounds as flows; with mitmproxy's own test helpers and its real view addon."""
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from aiohttp import web
+from mitmproxy import contentviews
+from mitmproxy.addons.view import View
+from mitmproxy.test import taddons, tflow, tutils
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "addon"))
+import tool_discovery  # noqa: E402
+from tooldisco.net.upstream import UpstreamClient, UpstreamOptions  # noqa: E402
+from tooldisco.watch import rounds, summary, tools  # noqa: E402
+from tooldisco.watch.view import FLOW_KEY  # noqa: E402
+
+from tests.support.catalog import anthropic_tools  # noqa: E402
+
+SEARCH = "gateway_search_tools"
+KEY = "sk-ant-api03-secretsecretsecretsecret"
+
+
+def config(tmp_path):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    p = tmp_path / "cfg.yaml"
+    p.write_text(f"""
+pipes: {{tool_discovery: {{enabled: true, strategy: tool-search, defer: {{upfront: 2}}}}}}
+sessions: {{dir: {tmp_path}/s}}
+telemetry: {{path: {tmp_path}/t.jsonl}}
+""")
+    return str(p)
+
+
+def message(content, stop="end_turn", id_="msg_1"):
+    return {"id": id_, "type": "message", "role": "assistant", "model": "m", "content": content,
+            "stop_reason": stop, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5}}
+
+
+FIRST = message([{"type": "tool_use", "id": "toolu_1", "name": SEARCH, "input": {"query": "post slack message"}}],
+                "tool_use")
+FINAL = message([{"type": "text", "text": "posted"}], id_="msg_2")
+
+
+def client_flow():
+    body = json.dumps({"model": "m", "max_tokens": 5, "tools": anthropic_tools(60),
+                       "messages": [{"role": "user", "content": "tell the team on the chat"}]}).encode()
+    req = tutils.treq(host="api.anthropic.com", port=443, scheme=b"https", path=b"/v1/messages", method=b"POST",
+                      headers=[(b"content-type", b"application/json"), (b"x-api-key", KEY.encode())], content=body)
+    return tflow.tflow(req=req)
+
+
+async def run(tmp_path, with_view: bool):
+    """One buffered tool-search flow whose model searches once; returns the flow, the view (or
+    None) and every body the upstream received from the proxy's own client."""
+    received = []
+
+    async def upstream(request: web.Request) -> web.Response:
+        received.append((await request.read(), {k.lower(): v for k, v in request.headers.items()}))
+        return web.json_response(FINAL)
+
+    app = web.Application()
+    app.router.add_post("/v1/messages", upstream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    addon = tool_discovery.ToolDiscovery()
+    view = View()
+    with taddons.context(*([view] if with_view else []), addon) as tctx:
+        tctx.configure(addon, tool_discovery_config=config(tmp_path / ("v" if with_view else "n")))
+        addon.running()
+        addon.upstream = UpstreamClient(UpstreamOptions())
+        f = client_flow()
+        if with_view:
+            view.add([f])
+        addon.requestheaders(f)
+        await addon.request(f)
+        forwarded = f.request.content
+        f.request.url = f"http://127.0.0.1:{port}/v1/messages"  # where the proxy's own rounds go (map_remote)
+        f.response = tutils.tresp(content=json.dumps(FIRST).encode(),
+                                  headers=[(b"content-type", b"application/json")])
+        await addon.response(f)
+        addon.watch.response(f)  # the watcher's hook, at the chain's end
+        await asyncio.gather(*addon.watch._tasks)
+        addon.engine.telemetry.flush()
+        await addon.upstream.retire()
+    await runner.cleanup()
+    return f, (view if with_view else None), forwarded, received
+
+
+async def test_nothing_changes_on_the_wire_with_the_view(tmp_path):
+    plain, _, forwarded_plain, received_plain = await run(tmp_path, with_view=False)
+    watched, _, forwarded_watched, received_watched = await run(tmp_path, with_view=True)
+    assert forwarded_plain == forwarded_watched  # what went upstream first
+    assert [b for b, _ in received_plain] == [b for b, _ in received_watched]  # every re-forward
+    assert plain.response.content == watched.response.content  # what the client got
+    assert json.loads(watched.response.content)["content"] == [{"type": "text", "text": "posted"}]
+    assert FLOW_KEY not in plain.metadata and not plain.comment  # mitmdump: nothing of this
+
+
+async def test_the_client_flow_says_what_the_addon_did(tmp_path):
+    f, view, _, _ = await run(tmp_path, with_view=True)
+    info = f.metadata[FLOW_KEY]
+    record = info["record"]
+    assert record["strategy"] == "tool-search" and record["searches"][0]["query"] == "post slack message"
+    found = summary.found_names(record)
+    assert "mcp__slack__post_message" in found
+    assert f.comment.startswith("tool discovery: tool-search · 60 tools: ")
+    assert "search 'post slack message' → mcp__slack__post_message" in f.comment
+    assert "2 upstream rounds" in f.comment and f.marked == ":mag:"
+    rows = {r[0]: r[1] for r in info["tools"]}
+    assert rows[SEARCH] == tools.SEARCH_TOOL and rows["mcp__slack__post_message"] == tools.FOUND
+    assert list(rows.values()).count(tools.KEPT) == record["kept_tools"]
+    assert list(rows.values()).count(tools.DEFERRED) + list(rows.values()).count(tools.FOUND) == record["deferred_tools"]
+    shown = contentviews.prettify_message(f.request, f)
+    assert shown.view_name == "Tool discovery"
+    assert "what the client sent, and what went upstream" in shown.text and "search 1: 'post slack message'" in shown.text
+    answer = contentviews.prettify_message(f.response, f)
+    assert "no tool calls in what the client got" in answer.text
+
+
+async def test_each_round_is_a_flow_of_its_own_linked_and_redacted(tmp_path):
+    f, view, forwarded, received = await run(tmp_path, with_view=True)
+    own = [x for x in view if rounds.ROUND_KEY in x.metadata]
+    assert [x.metadata[rounds.ROUND_KEY]["round"] for x in own] == [1, 2]
+    assert own == [x for x in view if x is not f][:2] and list(view).index(f) < list(view).index(own[0])
+    assert f.metadata[FLOW_KEY]["rounds"] == [x.id for x in own]
+    first, second = own
+    assert all(x.metadata[rounds.ROUND_KEY]["client_flow"] == f.id and x.marked == rounds.MARK for x in own)
+    assert f.id in first.comment and "the proxy's own round 1 of 2" in first.comment
+    assert first.request.content == forwarded and json.loads(first.response.content) == FIRST
+    assert second.request.content == received[0][0] and json.loads(second.response.content) == FINAL
+    assert received[0][1]["x-api-key"] == KEY  # the real re-forward carries the key...
+    assert second.request.headers["x-api-key"] == first.request.headers["x-api-key"] == "[redacted]"  # ...shown masked
+    view_text = contentviews.prettify_message(first.response, first).text
+    assert f"{SEARCH} " in view_text and "hidden from the client" in view_text
+    request_text = contentviews.prettify_message(second.request, second).text
+    assert "found" in request_text and "mcp__slack__post_message" in request_text
+
+
+def test_a_stream_is_read_as_its_tool_calls():
+    body = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"m","type":"message","role":"assistant",'
+            b'"model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":1,"output_tokens":0}}}\n\n'
+            b'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":'
+            b'{"type":"tool_use","id":"t1","name":"gateway_search_tools","input":{}}}\n\n'
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":'
+            b'{"type":"input_json_delta","partial_json":"{\\"query\\": \\"slack\\"}"}}\n\n'
+            b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+            b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":3}}\n\n'
+            b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+    f = client_flow()
+    f.response = tutils.tresp(content=body, headers=[(b"content-type", b"text/event-stream")])
+    f.metadata[rounds.ROUND_KEY] = {"client_flow": "x", "round": 1, "rounds": 2, "kind": "k", "phantom": SEARCH}
+    shown = contentviews.prettify_message(f.response, f)
+    assert shown.view_name == "Tool discovery"
+    assert 'gateway_search_tools {"query": "slack"}' in shown.text
+
+
+def test_an_answer_is_kept_up_to_the_limit():
+    rnd = rounds.Round("https://x/v1/messages", [], b"", 0.0)
+    for _ in range(3):
+        rnd.add(b"x" * (rounds.LIMIT // 2 + 1))
+    assert rnd.kept == rounds.LIMIT == sum(len(p) for p in rnd.parts) and rnd.truncated
