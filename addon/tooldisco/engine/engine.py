@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from loguru import logger
 
-from tooldisco.config import Config, Sessions
+from tooldisco.config import Config
 from tooldisco.engine.executor import FairExecutor, Overloaded, set_switch_interval
 from tooldisco.engine.planner import FlowContext, Planner, Prepared
 from tooldisco.apis.base import Adapter
@@ -25,30 +25,18 @@ from tooldisco.search.base import MAX_QUERY_CHARS
 from tooldisco.search.factory import make_searcher
 from tooldisco.engine.searches import SearchService
 from tooldisco.engine.selector_client import SelectorClient
-from tooldisco.state.disk import SessionStore
+from tooldisco.state.base import SessionStore
+from tooldisco.state.factory import open_store
 from tooldisco.policy import deferral, relevance
 from tooldisco.engine.telemetry import Record, TelemetrySink
 from tooldisco.core.tenants import tenant_of
 
-if TYPE_CHECKING:
-    from tooldisco.state.redis import RedisSessionStore
-
-
-def _session_store(cfg: Sessions) -> SessionStore | RedisSessionStore:
-    """The configured backend; redis (an optional extra) is imported only when asked for."""
-    if cfg.backend == "redis":
-        # Not at the top: redis is an optional extra (pip install tooldisco[redis]).
-        from tooldisco.state.redis import RedisSessionStore
-
-        return RedisSessionStore(cfg.redis, cfg.ttl)
-    return SessionStore(cfg.directory(), cfg.ttl, cfg.cleanup_interval, cfg.timeout, cfg.retry_after)
-
 
 class Engine:
-    def __init__(self, config: Config, store: SessionStore | RedisSessionStore | None = None):
+    def __init__(self, config: Config, store: SessionStore | None = None):
         self.config = config
         td = config.tool_discovery
-        self.store = store if store is not None else _session_store(config.sessions)
+        self.store = store if store is not None else open_store(config.sessions)
         self.telemetry = TelemetrySink(config.telemetry.path if config.telemetry.enabled else None)
         self.searcher = make_searcher(td.search.backend, cache_dir=td.search.cache_dir)
         scorer = None if td.scorer == "overlap" else make_searcher(td.scorer, cache_dir=td.search.cache_dir)

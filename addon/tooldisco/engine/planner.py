@@ -21,8 +21,7 @@ from tooldisco.engine import rounds
 from tooldisco.apis.base import Adapter, CallThroughAdapter, NativeAdapter
 from tooldisco.core.types import RequestView, Tool, Unsupported
 from tooldisco.search.base import Catalog
-from tooldisco.state.base import SessionState, session_key
-from tooldisco.state.disk import SessionStore
+from tooldisco.state.base import SessionState, SessionStore, session_key
 from tooldisco.policy import call_through, deferral, native, relevance
 from tooldisco.engine.telemetry import Record, TelemetrySink
 from tooldisco.core.tokens import estimate_tokens

@@ -30,8 +30,7 @@ from tooldisco.engine.planner import FlowContext
 from tooldisco.apis.base import CallThroughAdapter, StreamDecoder
 from tooldisco.core.types import ToolResult
 from tooldisco.engine.searches import SearchService
-from tooldisco.state.base import SessionState
-from tooldisco.state.disk import SessionStore
+from tooldisco.state.base import SessionState, SessionStore
 from tooldisco.policy import native
 from tooldisco.apis.base import Failure
 from tooldisco.engine.telemetry import TelemetrySink

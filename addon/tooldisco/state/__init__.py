@@ -1,1 +1,2 @@
-"""Session state and its stores: on disk (``disk``) and in Redis (``redis``)."""
+"""Session state and its stores: the protocol and codecs (``base``), on disk (``disk``), in Redis
+(``redis``), and ``factory.open_store``, which picks one from the config."""

@@ -1,4 +1,8 @@
-"""What a session remembers, and the codecs every session store shares.
+"""What a session remembers, the protocol every session store keeps, and the codecs they share.
+
+Why one protocol: the engine plans and runs against ``SessionStore`` alone, so the backend
+(diskcache on one machine, Redis shared by several proxies) is chosen once, by ``open_store``
+(``tooldisco.state.factory``), and nothing else knows which it got.
 
 Why public here: the disk store and the Redis store keep the same entries under the same keys,
 so a session written by one reads the same through the other; the codecs are defined once.
@@ -8,9 +12,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Protocol, TypeVar, runtime_checkable
 
 MAX_NAMES = 10_000  # per session, in each of kept and expanded
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -36,6 +42,54 @@ class Link:
     session: str
     pending: list[str]
     head: str | None = None
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Where sessions, response links and real rounds live, each with a sliding TTL.
+
+    Why ``update`` is the only way to change a session: flows of one session overlap (an
+    agent's sub-agents share its session id), so each change is one atomic read-modify-write
+    of that session; a read apart from its write would lose the update of a flow in between.
+
+    Why every method fails open: the store is an optimisation (a session that found no tool
+    yet looks like a new one), so a store that cannot be used (down, locked, full, corrupt)
+    reads as blank and writes nothing, never raising and waiting only a bounded time;
+    ``update`` then runs ``change`` on a blank state, kept nowhere, and returns its result.
+    """
+
+    def get(self, key: str) -> SessionState:
+        """A snapshot of one session, for reading only (blank when absent)."""
+        ...
+
+    def update(self, key: str, change: Callable[[SessionState], T]) -> T:
+        """Read, change and write one session atomically; ``change``'s result. ``change`` may
+        run more than once (a backend may retry on contention): it must be a function of the
+        state it is given. A state it leaves unchanged only has its TTL refreshed."""
+        ...
+
+    def link(self, tenant: str, response_id: str, session: str, pending: list[str], head: str | None = None) -> None:
+        """Remember which session a stored response belongs to, what it awaits, its real head."""
+        ...
+
+    def linked(self, tenant: str, response_id: str) -> Link | None:
+        """Where a stored response id leads (None: unknown, expired, or the store unusable)."""
+        ...
+
+    def keep_rounds(self, tenant: str, session: str, digest: str, rounds: list[str]) -> None:
+        """Remember what the upstream really saw behind a stitched message (by its digest)."""
+        ...
+
+    def rounds(self, tenant: str, session: str, digest: str) -> list[str] | None:
+        """The real rounds behind a stitched message, their TTL extended on read."""
+        ...
+
+    def __len__(self) -> int:
+        """Entries stored (for tests and scripts, not the request path)."""
+        ...
+
+    def close(self) -> None:
+        ...
 
 
 def session_key(tenant: str, client_session: str | None, first_user: str) -> str:

@@ -56,8 +56,8 @@ from tooldisco.state.base import (
 T = TypeVar("T")
 
 
-class SessionStore:
-    """diskcache-backed store with a sliding TTL and periodic cleanup of expired entries.
+class DiskSessionStore:
+    """``SessionStore`` on diskcache: with a sliding TTL and periodic cleanup of expired entries.
 
     A session lives ``ttl`` past its last update. Entries an older version wrote under
     ``def:`` (tool definitions) are never read: diskcache's own expiry removes them.

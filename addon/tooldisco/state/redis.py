@@ -1,8 +1,8 @@
 """The session store on Redis, so several proxies share their sessions.
 
 Why: behind a load balancer, or with agents moving between machines, a tool found through
-one proxy must be loaded by the next without a second search. The semantics are the disk
-store's (``state.disk.SessionStore``: read its docstrings), on the same keys under a prefix:
+one proxy must be loaded by the next without a second search. The semantics are the protocol's
+(``state.base.SessionStore``) and the disk store's, on the same keys under a prefix:
 sessions by tenant-bound key with a sliding TTL, response links under ``chain:``, real
 rounds under ``rounds:``. What differs:
 
@@ -34,15 +34,16 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from tooldisco.config import RedisSettings
-from tooldisco.state.base import Link, SessionState
-from tooldisco.state.disk import (
+from tooldisco.state.base import (
+    Link,
+    SessionState,
     alias_key,
-    encode_state,
     decode_link,
-    link_entry,
     decode_rounds,
-    rounds_key,
     decode_state,
+    encode_state,
+    link_entry,
+    rounds_key,
 )
 
 T = TypeVar("T")
