@@ -46,8 +46,8 @@ from tests.support.redis_server import RedisServer  # noqa: E402
 # addon modules (kept together: their paths move with the addon's layout)
 from tooldisco.config import RedisSettings  # noqa: E402
 from tooldisco.state.redis import RedisSessionStore  # noqa: E402
-from tooldisco.state.base import SessionState
-from tooldisco.state.disk import SessionStore  # noqa: E402
+from tooldisco.state.base import SessionState, SessionStore  # noqa: E402
+from tooldisco.state.disk import DiskSessionStore  # noqa: E402
 
 TURNS_PER_ROUND = 5  # four searching turns, then the resume turn (bench_load: t % 5 == 4 searches not)
 SESSION_KEY = re.compile(r"^[0-9a-f]{32}$")
@@ -79,7 +79,7 @@ def verify_disk(directory: Path, v: Verdict) -> None:
     with diskcache.Cache(str(directory)) as cache:
         v.integrity += [str(w.message) for w in cache.check()]
         keys = [k for k in cache.iterkeys() if isinstance(k, str) and SESSION_KEY.match(k)]
-    store = SessionStore(directory)
+    store = DiskSessionStore(directory)
     try:
         check_sessions(store, keys, v)
     finally:
@@ -98,7 +98,7 @@ def verify_redis(url: str, v: Verdict) -> None:
         store.close()
 
 
-def check_sessions(store: SessionStore | RedisSessionStore, keys: list[str], v: Verdict) -> None:
+def check_sessions(store: SessionStore, keys: list[str], v: Verdict) -> None:
     for key in keys:
         state = store.get(key)
         if state == SessionState():

@@ -93,6 +93,8 @@ class SessionStore(Protocol):
 
 
 def session_key(tenant: str, client_session: str | None, first_user: str) -> str:
+    """A session's key: bound to its tenant, so two credentials that open alike never share one;
+    hashed, so no message text is a key."""
     basis = f"id:{client_session}" if client_session else f"first:{first_user}"
     return hashlib.sha256(f"{tenant}\0{basis}".encode("utf-8", "replace")).hexdigest()[:32]
 
@@ -103,6 +105,8 @@ def union(old: Iterable[str], new: Iterable[str]) -> list[str]:
 
 
 def alias_key(tenant: str, response_id: str) -> str:
+    """Where a response id's ``Link`` lives, bound to the tenant: another credential sending the
+    same id never reaches the session."""
     return "chain:" + hashlib.sha256(f"{tenant}\0{response_id}".encode("utf-8", "replace")).hexdigest()[:32]
 
 
@@ -118,6 +122,7 @@ def decode_state(data: Any) -> SessionState:
 
 
 def encode_state(state: SessionState) -> dict[str, Any]:
+    """The stored entry of a state (plain JSON types: diskcache pickles it, Redis stores it as JSON)."""
     return {"expanded": state.expanded, "upfront": state.upfront, "classic": state.classic,
             "forwarded": state.forwarded}
 
@@ -127,14 +132,17 @@ def link_entry(session: str, pending: list[str], head: str | None) -> dict[str, 
 
 
 def rounds_key(tenant: str, session: str, digest: str) -> str:
+    """Where the real rounds behind a stitched message live, bound to the tenant and session."""
     return "rounds:" + hashlib.sha256(f"{tenant}\0{session}\0{digest}".encode("utf-8", "replace")).hexdigest()[:32]
 
 
 def decode_rounds(data: Any) -> list[str] | None:
+    """Kept rounds, or None for anything else (an entry unreadable reads as absent)."""
     return data if isinstance(data, list) and all(isinstance(e, str) for e in data) else None
 
 
 def decode_link(data: Any) -> Link | None:
+    """The ``Link`` a stored entry holds (None: absent)."""
     if not isinstance(data, dict):
         return None
     return Link(data["session"], list(data["pending"]), data.get("head"))

@@ -148,17 +148,6 @@ async def test_a_mixed_turn_goes_on_with_its_search_answered(engine, stream):
     assert "mcp__weather__get_forecast" in json.dumps(results[0]) and results[1] == RESULT["content"][0]
 
 
-def test_store_keeps_rounds_per_tenant_and_session(tmp_path):
-    from tooldisco.state.disk import SessionStore
-
-    store = SessionStore(tmp_path / "s", ttl=60)
-    store.keep_rounds("t1", "s1", "d", ['{"role":"assistant","content":[]}'])
-    assert store.rounds("t1", "s1", "d") == ['{"role":"assistant","content":[]}']
-    assert store.rounds("t2", "s1", "d") is None and store.rounds("t1", "s2", "d") is None
-    assert store.rounds("t1", "s1", "other") is None
-    store.close()
-
-
 async def test_live_chat_turn_matches_what_the_client_assembled(engine):
     """A stream's text is what the client reads from it (rounds' texts run on), not a JSON
     answer's merge: the record is keyed by the client's own assembly of the stitched stream."""

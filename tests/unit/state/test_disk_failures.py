@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from tooldisco.state.disk import SessionStore
+from tooldisco.state.disk import DiskSessionStore
 from tooldisco.core.private import private_cache
 
 
@@ -31,13 +31,13 @@ def warnings(logs: list[str]) -> list[str]:
     return [line for line in logs if line.startswith("WARNING")]
 
 
-def found(store: SessionStore, key: str = "k") -> list[str]:
+def found(store: DiskSessionStore, key: str = "k") -> list[str]:
     return store.get(key).expanded
 
 
 def test_a_file_that_is_not_a_database_is_moved_aside_and_a_fresh_store_made(tmp_path: Path, logs: list[str]) -> None:
     (tmp_path / "cache.db").write_bytes(b"this is not a database\n" * 100)
-    store = SessionStore(tmp_path)
+    store = DiskSessionStore(tmp_path)
     store.update("k", lambda s: s.expand(["a"]))
     assert found(store) == ["a"] and store.available
     aside = list(tmp_path.glob("cache.db.corrupt-*"))
@@ -61,7 +61,7 @@ def test_a_store_that_cannot_be_opened_goes_without_state_then_recovers(tmp_path
         return real(directory, timeout)
 
     monkeypatch.setattr(sessions, "private_cache", private_cache)
-    store = SessionStore(tmp_path / "s", retry_after=0.2)
+    store = DiskSessionStore(tmp_path / "s", retry_after=0.2)
     assert store.update("k", lambda s: s.expand(["a"]) or "planned") == "planned"  # planned, state blank
     assert found(store) == [] and not store.available
     assert len(warnings(logs)) == 1 and "sessions.dir" in warnings(logs)[0]
@@ -79,11 +79,11 @@ def test_a_store_that_cannot_be_opened_goes_without_state_then_recovers(tmp_path
 def test_an_immutable_directory_stops_nothing(tmp_path: Path, logs: list[str]) -> None:
     """A directory no one may write (immutable: even root), with a store in it already."""
     root = tmp_path / "s"
-    SessionStore(root).close()
+    DiskSessionStore(root).close()
     if subprocess.run(["chattr", "+i", str(root)], capture_output=True).returncode:
         pytest.skip("chattr +i not permitted here")
     try:
-        store = SessionStore(root, retry_after=0.2)
+        store = DiskSessionStore(root, retry_after=0.2)
         assert store.update("k", lambda s: s.expand(["a"]) or "planned") == "planned"
         assert len(warnings(logs)) == 1
     finally:
@@ -95,7 +95,7 @@ def test_an_immutable_directory_stops_nothing(tmp_path: Path, logs: list[str]) -
 
 
 def test_a_held_lock_costs_a_call_its_timeout_then_calls_skip_the_store(tmp_path: Path, logs: list[str]) -> None:
-    store = SessionStore(tmp_path, timeout=0.2, retry_after=0.5)
+    store = DiskSessionStore(tmp_path, timeout=0.2, retry_after=0.5)
     store.update("k", lambda s: s.expand(["a"]))
     other = sqlite3.connect(tmp_path / "cache.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process writing
@@ -121,21 +121,21 @@ def test_a_held_lock_costs_a_call_its_timeout_then_calls_skip_the_store(tmp_path
 
 
 def test_a_store_file_removed_while_in_use_is_made_again(tmp_path: Path, logs: list[str]) -> None:
-    store = SessionStore(tmp_path, retry_after=0.1)
+    store = DiskSessionStore(tmp_path, retry_after=0.1)
     store.update("k", lambda s: s.expand(["a"]))
     for name in ("cache.db", "cache.db-wal", "cache.db-shm"):
         (tmp_path / name).unlink(missing_ok=True)
     time.sleep(0.15)
     store.update("k", lambda s: s.expand(["b"]))
     assert (tmp_path / "cache.db").exists() and found(store) == ["b"]  # a fresh store, really on disk
-    assert SessionStore(tmp_path).get("k").expanded == ["b"]
+    assert DiskSessionStore(tmp_path).get("k").expanded == ["b"]
     store.close()
 
 
 def test_a_store_that_breaks_while_in_use_degrades_and_recovers(tmp_path: Path, logs: list[str],
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Disk full (or the directory made read-only) mid-run: the write fails, the request goes on."""
-    store = SessionStore(tmp_path, retry_after=0.2)
+    store = DiskSessionStore(tmp_path, retry_after=0.2)
     store.update("k", lambda s: s.expand(["a"]))
     cache = store._cache
     real_set = cache.set
@@ -153,35 +153,9 @@ def test_a_store_that_breaks_while_in_use_degrades_and_recovers(tmp_path: Path, 
     store.close()
 
 
-def test_a_redis_update_losing_every_race_gives_up_within_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Optimistic retries under contention stop at the store's timeout, not after 50 tries with backoff."""
-    import redis
-
-    from tooldisco.config import RedisSettings
-    from tooldisco.state.redis import RedisSessionStore
-
-    store = RedisSessionStore(RedisSettings(url="redis://127.0.0.1:1/0", timeout=0.2))
-
-    class Racing:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def watch(self, *keys):
-            time.sleep(0.02)  # the round trip
-            raise redis.WatchError("another writer")
-
-    monkeypatch.setattr(store._redis, "pipeline", lambda *a, **kw: Racing())
-    began = time.monotonic()
-    assert store.update("k", lambda s: "planned") == "planned"
-    assert time.monotonic() - began < 1.0  # 50 tries of 20 ms alone would be a second
-
-
 def test_a_store_found_corrupt_while_in_use_is_moved_aside_and_made_again(tmp_path: Path, logs: list[str]) -> None:
     """Its header intact, so it opens again, its pages not: reopening alone would fail forever."""
-    store = SessionStore(tmp_path, retry_after=0.1)
+    store = DiskSessionStore(tmp_path, retry_after=0.1)
     for i in range(300):
         store.update(f"filler{i}", lambda s: s.expand([f"tool_{n}_{'x' * 200}" for n in range(20)]))
     store.update("k", lambda s: s.expand(["a"]))
@@ -201,7 +175,7 @@ def test_a_store_found_corrupt_while_in_use_is_moved_aside_and_made_again(tmp_pa
 
 @pytest.mark.skipif(shutil.which("chattr") is None, reason="chattr not installed")
 def test_a_store_made_read_only_while_in_use_degrades_and_recovers(tmp_path: Path, logs: list[str]) -> None:
-    store = SessionStore(tmp_path, retry_after=0.2)
+    store = DiskSessionStore(tmp_path, retry_after=0.2)
     store.update("k", lambda s: s.expand(["a"]))
     # Not cache.db-shm: SQLite maps it, and a mapped file made immutable under it ends the process (SIGBUS).
     files = [str(tmp_path / "cache.db"), str(tmp_path / "cache.db-wal"), str(tmp_path)]

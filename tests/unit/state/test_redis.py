@@ -1,6 +1,6 @@
 """What only the Redis session store has: several processes on one session (WATCH retries),
 outages (the circuit breaker), passwords, TLS, its config. What both stores share runs on
-both in test_disk.py (``backend``)."""
+both in test_store_contract.py (``backend``)."""
 
 import datetime
 import ipaddress
@@ -19,10 +19,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from loguru import logger
 from tooldisco.config import ConfigError, RedisSettings, parse
-from tooldisco.engine.engine import _session_store
-from tooldisco.state.redis import RedisSessionStore
 from tooldisco.state.base import SessionState
-from tooldisco.state.disk import SessionStore
+from tooldisco.state.factory import open_store
+from tooldisco.state.redis import RedisSessionStore
 
 from tests.support.redis_server import RedisServer, Tls, needs_redis, redis_server  # noqa: F401 (a fixture)
 
@@ -73,6 +72,27 @@ def test_two_processes_on_one_session_lose_no_update(redis_server):
     assert sorted(expanded) == sorted(f"{n}_{r}" for n in ("p1", "p2") for r in range(rounds))
     assert sum(runs) > 2 * rounds, "no update ever raced: this test proved nothing"
     store.close()
+
+
+def test_a_redis_update_losing_every_race_gives_up_within_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optimistic retries under contention stop at the store's timeout, not after 50 tries with backoff."""
+    store = RedisSessionStore(RedisSettings(url="redis://127.0.0.1:1/0", timeout=0.2))
+
+    class Racing:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def watch(self, *keys):
+            time.sleep(0.02)  # the round trip
+            raise redis.WatchError("another writer")
+
+    monkeypatch.setattr(store._redis, "pipeline", lambda *a, **kw: Racing())
+    began = time.monotonic()
+    assert store.update("k", lambda s: "planned") == "planned"
+    assert time.monotonic() - began < 1.0  # 50 tries of 20 ms alone would be a second
 
 
 # --- Redis: outages ----------------------------------------------------------------------------
@@ -148,7 +168,7 @@ def test_a_password_from_the_environment_is_used_and_never_logged(tmp_path, warn
         env = {"REDIS_URL": f"redis://:s3cret-pw@127.0.0.1:{server.port}/0"}
         cfg = parse({"sessions": {"backend": "redis", "redis": {"url": "${REDIS_URL}"}}}, env).sessions
         assert "s3cret" not in repr(cfg)
-        store = _session_store(cfg)
+        store = open_store(cfg)
         store.update("k", lambda s: s.expand(["a"]))
         assert store.get("k").expanded == ["a"]
         store.close()
@@ -206,7 +226,7 @@ def test_tls_with_a_ca_file(tmp_path, warnings):
     tls = make_tls(tmp_path / "certs")
     with RedisServer(tmp_path / "r", tls=tls) as server:
         cfg = parse({"sessions": {"backend": "redis", "redis": {"url": server.url, "ca_file": str(tls.ca)}}}).sessions
-        store = _session_store(cfg)
+        store = open_store(cfg)
         store.update("k", lambda s: s.expand(["a"]))
         assert store.get("k").expanded == ["a"]
         store.close()
@@ -239,12 +259,3 @@ def test_config_defaults_to_disk_and_validates_redis_keys(tmp_path):
         with pytest.raises(ConfigError, match=f"^{key}") as e:
             parse({"sessions": section})
         assert "pw" not in str(e.value)
-
-
-def test_the_store_is_built_from_config(tmp_path):
-    cfg = parse({"sessions": {"dir": str(tmp_path / "s")}}).sessions
-    assert isinstance(_session_store(cfg), SessionStore)
-    cfg = parse({"sessions": {"backend": "redis", "redis": {"url": "redis://127.0.0.1:1/0", "timeout": "100ms"}}})
-    store = _session_store(cfg.sessions)
-    assert isinstance(store, RedisSessionStore) and store.get("k") == SessionState()  # down: blank, no raise
-    store.close()
