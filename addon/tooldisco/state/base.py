@@ -54,7 +54,8 @@ class SessionStore(Protocol):
 
     Why every method fails open: the store is an optimisation (a session that found no tool
     yet looks like a new one), so a store that cannot be used (down, locked, full, corrupt)
-    reads as blank and writes nothing, never raising and waiting only a bounded time;
+    reads as blank and writes nothing, raising none of its own errors (an exception in
+    ``change`` is a bug, and propagates) and waiting only a bounded time;
     ``update`` then runs ``change`` on a blank state, kept nowhere, and returns its result.
     """
 
