@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from mitmproxy import connection, ctx, http
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Iterable
+from collections.abc import Iterable
 
 from botocore.credentials import ReadOnlyCredentials
 from mitmproxy import http

@@ -4,7 +4,7 @@ would, with mitmproxy's options (upstream mode and its auth, TLS verification, c
 from __future__ import annotations
 
 import time
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from botocore.credentials import ReadOnlyCredentials
 from mitmproxy import ctx

@@ -6,9 +6,9 @@ import json
 from mitmproxy import flow as mflow
 from mitmproxy.connection import ConnectionState
 from mitmproxy.test import taddons, tutils
+from tooldisco.glue import buffered, metadata
 
 from tests.unit.glue.chain import Chain, flow, tool_search_config
-from tooldisco.glue import buffered, metadata
 
 
 async def test_the_loop_is_cancelled_when_the_client_leaves(monkeypatch):

@@ -4,9 +4,9 @@ import json
 
 from mitmproxy import http
 from mitmproxy.test import taddons, tutils
+from tooldisco.glue import metadata
 
 from tests.unit.glue.chain import Chain, flow, relevance_config, tool_search_config
-from tooldisco.glue import metadata
 
 
 def test_streams_live_unless_the_loop_may_need_the_answer(tmp_path):

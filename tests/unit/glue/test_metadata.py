@@ -1,9 +1,9 @@
 """The flow's record and the chain's order (glue.metadata, addon/tool_discovery.py)."""
 
 from mitmproxy.test import taddons, tutils
+from tooldisco.glue import metadata
 
 from tests.unit.glue.chain import Chain, flow, relevance_config, tool_discovery
-from tooldisco.glue import metadata
 
 
 def test_the_addons_run_in_the_order_their_hooks_need():

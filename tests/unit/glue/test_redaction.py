@@ -6,10 +6,10 @@ import logging
 from loguru import logger
 from mitmproxy.addons import dumper
 from mitmproxy.test import taddons
-
-from tests.unit.glue.chain import Chain
 from tooldisco.core.redact import RedactingWriter
 from tooldisco.glue.redaction import Redaction
+
+from tests.unit.glue.chain import Chain
 
 KEY = "AIzaSyTESTKEYTESTKEYTESTKEY"
 

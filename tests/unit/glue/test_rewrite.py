@@ -5,9 +5,9 @@ import json
 
 import brotli
 from mitmproxy.test import taddons
+from tooldisco.glue import messages, metadata
 
 from tests.unit.glue.chain import Chain, flow, relevance_config
-from tooldisco.glue import messages, metadata
 
 
 async def test_request_hook_filters_processed_hosts_only(tmp_path):

@@ -5,9 +5,9 @@ import asyncio
 import pytest
 from mitmproxy.addons import upstream_auth
 from mitmproxy.test import taddons
+from tooldisco.glue import upstream
 
 from tests.unit.glue.chain import Chain, relevance_config
-from tooldisco.glue import upstream
 
 
 @pytest.mark.parametrize("options, expected", [
