@@ -13,12 +13,12 @@ from mitmproxy.test import taddons, tflow, tutils
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "addon"))
-import tool_discovery  # noqa: E402
 from tooldisco.net.upstream import UpstreamClient, UpstreamOptions  # noqa: E402
 from tooldisco.watch import rounds, summary, tools  # noqa: E402
 from tooldisco.watch.view import FLOW_KEY  # noqa: E402
 
 from tests.support.catalog import anthropic_tools  # noqa: E402
+from tests.unit.glue.chain import Chain  # noqa: E402
 
 SEARCH = "gateway_search_tools"
 KEY = "sk-ant-api03-secretsecretsecretsecret"
@@ -69,26 +69,26 @@ async def run(tmp_path, with_view: bool):
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    addon = tool_discovery.ToolDiscovery()
+    chain = Chain()
     view = View()
-    with taddons.context(*([view] if with_view else []), addon) as tctx:
-        tctx.configure(addon, tool_discovery_config=config(tmp_path / ("v" if with_view else "n")))
-        addon.running()
-        addon.upstream = UpstreamClient(UpstreamOptions())
+    with taddons.context(*([view] if with_view else []), *chain.addons) as tctx:
+        tctx.configure(chain.options, tool_discovery_config=config(tmp_path / ("v" if with_view else "n")))
+        chain.running()
+        client = chain.upstream._client = UpstreamClient(UpstreamOptions())
         f = client_flow()
         if with_view:
             view.add([f])
-        addon.requestheaders(f)
-        await addon.request(f)
+        chain.requestheaders(f)
+        await chain.request(f)
         forwarded = f.request.content
         f.request.url = f"http://127.0.0.1:{port}/v1/messages"  # where the proxy's own rounds go (map_remote)
         f.response = tutils.tresp(content=json.dumps(FIRST).encode(),
                                   headers=[(b"content-type", b"application/json")])
-        await addon.response(f)
-        addon.watch.response(f)  # the watcher's hook, at the chain's end
-        await asyncio.gather(*addon.watch._tasks)
-        addon.engine.telemetry.flush()
-        await addon.upstream.retire()
+        await chain.response(f)
+        chain.watch.response(f)  # the watcher's hook, at the chain's end
+        await asyncio.gather(*chain.watch._tasks)
+        chain.engine.telemetry.flush()
+        await client.retire()
     await runner.cleanup()
     return f, (view if with_view else None), forwarded, received
 

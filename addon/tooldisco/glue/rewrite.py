@@ -1,0 +1,90 @@
+"""The request hook: the body decoded within its cap, planned by the engine (tools deferred,
+the search tool injected), and re-signed when the client signed it with SigV4 (Bedrock)."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlsplit
+
+from mitmproxy import http
+
+from tooldisco.apis.base import Adapter
+from tooldisco.core import bodies
+from tooldisco.engine.engine import Engine
+from tooldisco.glue import messages, metadata
+from tooldisco.glue.background import Background
+from tooldisco.glue.options import Options
+from tooldisco.net import sigv4
+from tooldisco.watch.watch import Watcher
+
+log = logging.getLogger("tool_discovery")
+REENCODABLE = frozenset({"gzip", "deflate", "br", "zstd", "identity"})  # a single one mitmproxy re-applies on set
+
+
+class Rewrite:
+    """Fails open: whatever goes wrong, the request goes out exactly as the client sent it."""
+
+    name = "tooldisco_rewrite"
+
+    def __init__(self, options: Options, background: Background, watch: Watcher) -> None:
+        self._options = options
+        self._background = background
+        self._watch = watch
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        engine = self._options.engine
+        if engine is None or flow.response or flow.error or not flow.live or flow.is_replay == "request":
+            return
+        meta = metadata.of(flow)
+        adapter = engine.adapter_for(meta.host if meta else flow.request.pretty_host,
+                                     flow.request.method, flow.request.path)
+        if adapter is None:
+            return
+        original = (flow.request.raw_content, flow.request.headers.copy(), flow.request.url, flow.server_conn)
+        try:
+            await self._rewrite(flow, engine, adapter)
+        except Exception:
+            log.exception("tool discovery failed; forwarding the request unchanged")
+            self._watch.forget(flow)
+            flow.request.raw_content, flow.request.headers, flow.request.url, flow.server_conn = original
+            if (meta := metadata.of(flow)) is not None:
+                meta.held = None
+
+    async def _rewrite(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter) -> None:
+        request = flow.request
+        body = await messages.decoded(request, engine.config.max_body_bytes, "tool discovery skipped")
+        if not body:
+            return
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        aws = None
+        if sigv4.is_signed(request.url, request.headers.items(multi=True)):  # a changed body needs the client's signature re-made by us
+            aws = await sigv4.credentials()
+            status, reason = sigv4.check("POST", request.url, request.headers.items(multi=True),
+                                         request.raw_content or b"", aws)
+            if status is sigv4.Status.CANNOT:
+                log.warning("tool discovery skipped: %s", reason)
+                return
+        # On the planning pool (its tenant's share of worker threads): a first request on a large
+        # catalog may build a search index, and session reads are disk I/O; a blocking call in a
+        # hook would stall every flow.
+        sent = (request.raw_content, request.headers.copy())
+        prepared = await engine.plan(adapter, headers, body, urlsplit(request.path).query)
+        if prepared.background is not None:
+            self._background.spawn(prepared.background())
+        self._watch.begin(flow, adapter, body, prepared.body, prepared.record,
+                          prepared.context.phantom if prepared.context else "")
+        if prepared.body is None:
+            return
+        codings = bodies.codings(request.headers.get("content-encoding"))
+        if len(codings) > 1 or not set(codings) <= REENCODABLE:
+            del request.headers["content-encoding"]  # codings mitmproxy cannot re-apply: sent plain
+        request.content = prepared.body
+        request.headers = messages.headers(messages.signed(request.url, request.headers.items(multi=True),
+                                                           request.raw_content or b"", aws))
+        if prepared.context is None:
+            return
+        # Live flows are routed by ``LiveRouter`` at the end of the chain, where the URL is final.
+        meta = metadata.of(flow)
+        if meta is None:  # no requestheaders hook ran (a flow driven by hand)
+            meta = flow.metadata[metadata.KEY] = metadata.FlowMeta(host=request.pretty_host)
+        meta.held = metadata.Held(prepared.context, aws, sent, live=prepared.context.stream)
