@@ -42,7 +42,8 @@ class Buffered:
         held = meta.buffered if meta is not None else None
         if held is not None and engine is not None:
             record = held.context.record
-            record.outcome = record.outcome or f"flow_error: {flow.error.msg if flow.error else ''}"[:200]
+            if record.outcome in ("", "pending"):  # "pending": the loop never ran to set one
+                record.outcome = f"flow_error: {flow.error.msg if flow.error else ''}"[:200]
             engine.telemetry.submit(record)
 
     async def _complete(self, flow: http.HTTPFlow) -> None:

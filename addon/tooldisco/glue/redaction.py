@@ -45,3 +45,9 @@ class Redaction:
 
     def running(self) -> None:
         redact_printer(ctx.master.addons.get("dumper"))  # mitmdump's flow listing bypasses logging
+
+    def done(self) -> None:
+        """A script reload builds a new instance: its sink replaces this one, no line printed twice."""
+        if self._sink is not None:
+            logger.remove(self._sink)
+            self._sink = None

@@ -56,6 +56,7 @@ async def test_a_failed_buffered_flow_is_recorded_and_its_record_dropped(tmp_pat
         chain.engine.telemetry.flush()
         records = [json.loads(line) for line in log.read_text().splitlines()]
         assert len(records) == 1 and records[0]["strategy"] == "tool-search"  # the failed flow still counts
+        assert records[0]["outcome"] == "flow_error: connection reset"  # why, not "pending"
 
 
 async def test_a_flow_streamed_after_all_is_left_as_it_came(tmp_path):
