@@ -290,6 +290,14 @@ class Adapter(Protocol):
         as the client sent it (what echoed fields must show)."""
         ...
 
+    # Optional deferral flavours: the API's side of each, or None when it has none.
+
+    def native_deferral(self) -> NativeDeferral | None:
+        ...
+
+    def call_through(self) -> CallThrough | None:
+        ...
+
     # Hidden rounds put back into a client's history (``tooldisco.engine.rounds``).
 
     def history_path(self, body: str) -> tuple[str, ...] | None:
@@ -322,10 +330,17 @@ class Adapter(Protocol):
         ...
 
 
-class NativeAdapter(Adapter, Protocol):
-    """An API with cache-preserving deferral: deferred tools stay in ``tools[]`` marked
-    ``defer_loading`` (out of the prompt), and a search result loads found ones inline
-    (``ToolResult.loads``), so the prompt prefix the provider cached never changes."""
+class NativeDeferral(Protocol):
+    """The side of an API with cache-preserving deferral (``Adapter.native_deferral``):
+    deferred tools stay in ``tools[]`` marked ``defer_loading`` (out of the prompt), and a
+    search result loads found ones inline (``ToolResult.loads``), so the prompt prefix the
+    provider cached never changes."""
+
+    native_kind: str  # the key of ``tool_discovery.native`` that says which models take it
+
+    def native_model(self, view: RequestView) -> str:
+        """The request's model, as ``tool_discovery.native`` matches it (Bedrock's is in the path)."""
+        ...
 
     def native_search(self, name: str) -> str:
         """The name the loop knows this API's native search call by."""
@@ -341,9 +356,9 @@ class NativeAdapter(Adapter, Protocol):
         ...
 
 
-class CallThroughAdapter(Adapter, Protocol):
-    """An API whose deferral may call found tools through one fixed dispatcher tool
-    (``policy.call_through``), so that ``tools[]`` never changes."""
+class CallThrough(Protocol):
+    """The side of an API whose deferral may call found tools through one fixed dispatcher
+    tool (``Adapter.call_through``, ``policy.call_through``), so that ``tools[]`` never changes."""
 
     def dispatcher_tool(self, name: str, description: str) -> str:
         """The dispatcher (``{name, arguments}``) in this API's shape, as definition text."""

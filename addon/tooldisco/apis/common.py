@@ -10,7 +10,7 @@ from typing import Any, Callable, Collection, Iterable, Sequence
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import MiB, memoize
 from tooldisco.apis import streaming as streams
-from tooldisco.apis.base import Failure
+from tooldisco.apis.base import CallThrough, Failure, NativeDeferral
 from tooldisco.core.types import RequestView, Tool, Unsupported
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
@@ -102,6 +102,14 @@ class AdapterDefaults:
 
     def usage_headers(self, message: dict[str, Any]) -> dict[str, str]:
         return {}
+
+    def native_deferral(self) -> NativeDeferral | None:
+        """None: no native deferral (``apis.base.NativeDeferral``); the APIs with it return themselves."""
+        return None
+
+    def call_through(self) -> CallThrough | None:
+        """None: no call-through (``apis.base.CallThrough``); the APIs with it return themselves."""
+        return None
 
     def response_id(self, message: dict[str, Any]) -> str | None:
         return None

@@ -246,6 +246,10 @@ class InvokeAdapter(AnthropicAdapter):
     stream framing, and the stream flag in the path (the body has no ``stream``)."""
 
     api = "bedrock_invoke"
+    native_kind = "bedrock"  # ``tool_discovery.native.bedrock``
+
+    def native_model(self, view: RequestView) -> str:
+        return self.model  # the path names it; the body names none
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out = super().merge(rounds)

@@ -7,7 +7,7 @@ from typing import Any, Callable, Collection, Iterable, Sequence
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
-from tooldisco.apis.base import Failure, Stitcher
+from tooldisco.apis.base import CallThrough, Failure, Stitcher
 from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
@@ -164,6 +164,9 @@ def _dispatched(tc: dict[str, Any], dispatcher: str) -> dict[str, Any]:
 
 class OpenAIChatAdapter(AdapterDefaults):
     api = "openai_chat"
+
+    def call_through(self) -> CallThrough:
+        return self
 
     def parse_tool(self, raw: str) -> Tool:
         return parse_tool(raw)

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
-from tooldisco.apis.base import Failure, Stitcher
+from tooldisco.apis.base import NativeDeferral, Failure, Stitcher
 from tooldisco.apis.streaming import as_list
 from tooldisco.apis.anthropic.adapter import deferred_text
 from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
@@ -175,6 +175,13 @@ def _replay(output: Any, stored: bool) -> Iterator[dict[str, Any]]:
 
 class OpenAIResponsesAdapter(AdapterDefaults):
     api = "openai_responses"
+    native_kind = "responses"  # ``tool_discovery.native.responses``
+
+    def native_deferral(self) -> NativeDeferral:
+        return self
+
+    def native_model(self, view: RequestView) -> str:
+        return view.model if isinstance(view.model, str) else ""
 
     def parse_tool(self, raw: str) -> Tool:
         return parse_tool(raw)

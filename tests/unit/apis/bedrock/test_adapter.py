@@ -10,6 +10,7 @@ from urllib.parse import quote
 import pytest
 from tests.support.streams import anthropic_bedrock_final, boto3_events
 from tooldisco.engine.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.policy.modes import ClassicMode
 
 from tests.support.loop_driver import Driver
 from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
@@ -175,7 +176,7 @@ def test_calls_continue_strip_merge():
 
 def test_converse_stream_through_the_loop_read_back_by_boto3():
     slack = Tool("mcp__slack__post_message", json.dumps(specs(6)[-1]))
-    loop = Driver(PhantomLoop(C, P, [P]), lambda c: Found(ToolResult(c, "loaded"), [slack]))
+    loop = Driver(PhantomLoop(C, ClassicMode(C, P), [P]), lambda c: Found(ToolResult(c, "loaded"), [slack]))
     body = C.with_tools(converse_body(), [C.phantom_tool(P, "Search.")])
     act = loop.start(body, converse_answer({"text": "Searching."}, use()))
     assert isinstance(act, Send)

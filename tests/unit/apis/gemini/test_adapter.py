@@ -11,6 +11,7 @@ from google.genai import types
 from tests.support.streams import gemini_chunks
 from tests.support.streams_gemini import assemble
 from tooldisco.engine.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.policy.modes import ClassicMode
 
 from tests.support.loop_driver import Driver
 from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
@@ -234,7 +235,7 @@ def test_merge_sums_usage_by_modality():
 
 def loop_run(adapter: GeminiAdapter) -> dict:
     slack = Tool("mcp__slack__post_message", json.dumps(declarations(6)[-1]))
-    loop = Driver(PhantomLoop(adapter, P, [P]), lambda c: Found(ToolResult(c, "loaded"), [slack]))
+    loop = Driver(PhantomLoop(adapter, ClassicMode(adapter, P), [P]), lambda c: Found(ToolResult(c, "loaded"), [slack]))
     body = G.with_tools(cli_body(), [G.phantom_tool(P, "Search.")])
     act = loop.start(body, answer({"text": "thought", "thought": True}, phantom_part()))
     assert isinstance(act, Send)

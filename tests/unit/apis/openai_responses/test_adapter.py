@@ -10,6 +10,7 @@ import pytest
 from openai.types.responses import FunctionTool, Response
 from tests.support.streams import openai_responses_final, strip_nones
 from tooldisco.engine.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.policy.modes import ClassicMode
 
 from tests.support.loop_driver import Driver
 from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
@@ -293,7 +294,7 @@ def test_merge_sums_usage_and_keeps_the_last_id():
 
 def test_phantom_loop_end_to_end_and_stream_read_by_the_sdk():
     slack = Tool("mcp__slack__post_message", json.dumps(functions(6)[-1]))
-    loop = Driver(PhantomLoop(R, P, ["shell", P]), lambda c: Found(ToolResult(c, "loaded mcp__slack__post_message"), [slack]))
+    loop = Driver(PhantomLoop(R, ClassicMode(R, P), ["shell", P]), lambda c: Found(ToolResult(c, "loaded mcp__slack__post_message"), [slack]))
     body = R.with_tools(codex_body(), [json.dumps(CODEX_TOOLS[0]), R.phantom_tool(P, "Search.")])
     act = loop.start(body, response(reasoning(), call(), rid="resp_1"))
     assert isinstance(act, Send)
