@@ -95,7 +95,7 @@ class DeferConfig:
     # inline without breaking the cache, while a loaded tool is read with every request
     # (scripts/bench_session.py and scripts/bench_agents.py show the cost).
     native_upfront: bool = False
-    # APIs (``Adapter.api``) whose classic deferral calls found tools through one fixed
+    # APIs (``Adapter.api``) whose deferral calls found tools through one fixed
     # ``call_tool_name`` function instead of appending them to ``tools[]`` (which comes first
     # in the prompt: each append re-bills the whole conversation); ``[]`` turns it off.
     # scripts/bench_session.py shows the saving.

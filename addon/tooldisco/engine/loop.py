@@ -118,7 +118,7 @@ class PhantomLoop:
         if self.rounds >= self.max_loops:
             return self._finish("max_loops")
         self.rounds += 1
-        self._body = self.adapter.continue_after(self._body, message, results, appended)
+        self._body = self.adapter.append_round(self._body, message, results, appended)
         last = self.rounds >= self.max_loops
         return Send(self.without_search(self._body) if last else self._body, self.visible[-1])
 

@@ -134,9 +134,9 @@ class Planner:
             forwarded, record.restored = rounds.restore(
                 adapter, text, lambda digest: self.store.rounds(session.tenant, session.key, digest))
         if session.head:  # the client chains from the id it was shown; the server from the last round
-            forwarded = adapter.continue_from(forwarded, session.head)
+            forwarded = adapter.chain_from(forwarded, session.head)
         if session.pending:  # results a stored chain still awaits from a mixed turn the client saw
-            forwarded = adapter.with_pending(forwarded, session.pending)
+            forwarded = adapter.with_owed_results(forwarded, session.pending)
         match td.strategy:
             case Strategy.PASSTHROUGH:
                 record.fallback_reason = "passthrough"

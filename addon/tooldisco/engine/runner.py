@@ -151,7 +151,7 @@ class LoopRunner:
             return
         expanded = list(loop.expanded)
         head = ctx.adapter.response_id(finish.message)
-        pending = ctx.adapter.pending_items(ctx.body, loop.unanswered) if head and loop.unanswered else []
+        pending = ctx.adapter.owed_results(ctx.body, loop.unanswered) if head and loop.unanswered else []
         shown = shown_id or head
         sent, last, shown_message = self._sent or ctx.body, self._last, finish.message if seen is None else seen
         hidden = list(loop.unanswered) if finish.reason == "mixed" else []

@@ -290,7 +290,7 @@ def test_functions_of_a_namespace_are_deferred_inside_it_and_loaded_in_their_nam
     assert [f["name"] for f in inner] == [f["name"] for f in namespace["tools"]]
     assert all(f.get("defer_loading") is True for f in inner)
     assert "mcp__crm__.lookup_3" in prepared.context.catalog
-    TypeAdapter(list[ResponseInputItemParam]).validate_python([json.loads(R.continue_after(
+    TypeAdapter(list[ResponseInputItemParam]).validate_python([json.loads(R.append_round(
         prepared.context.body, {"output": []},
         [ToolResult(ToolCall("call_1", "tool_search", {}), "", loads=(prepared.context.catalog["mcp__crm__.lookup_3"],))],
         []))["input"][-1]])

@@ -189,7 +189,7 @@ class AnthropicAdapter(AdapterDefaults):
             if isinstance(b, dict) and b.get("type") == "tool_use"
         ]
 
-    def continue_after(
+    def append_round(
         self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
     ) -> str:
         # The assistant turn goes back exactly as the model produced it (signed thinking blocks

@@ -155,7 +155,7 @@ class ConverseAdapter(AdapterDefaults):
                 out.append(ToolCall(str(use.get("toolUseId")), str(use.get("name")), use.get("input")))
         return out
 
-    def continue_after(
+    def append_round(
         self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
     ) -> str:
         # The assistant message goes back as it came (signed reasoningContent must stay intact);

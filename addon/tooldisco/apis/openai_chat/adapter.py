@@ -218,7 +218,7 @@ class OpenAIChatAdapter(AdapterDefaults):
             out.append(ToolCall(str(tc.get("id")), str(fn.get("name")), parse_arguments(fn.get("arguments"))))
         return out
 
-    def continue_after(
+    def append_round(
         self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
     ) -> str:
         msg = message["choices"][0]["message"]
