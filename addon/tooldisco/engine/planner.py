@@ -225,7 +225,7 @@ class Planner:
         natives = adapter.native_deferral()
         model = natives.native_model(view) if natives is not None else ""
         # Responses names its native search call itself: a client function of that name would be mistaken for it.
-        native_free = natives is not None and natives.native_search(phantom) not in seen
+        natives = natives if natives is not None and natives.native_search(phantom) not in seen else None
         # Call-through: found tools stay deferred (called through the dispatcher), so tools[] never grows.
         through = adapter.call_through() if adapter.api in td.defer.call_through else None
         through = through if td.call_tool_name not in seen else None
@@ -233,20 +233,20 @@ class Planner:
         # The key a refusal of call-through is remembered by: the model, or the API (Gemini names it in the path).
         through_key = view.model or adapter.api
 
-        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, bool]:
-            through_here = through is not None and through_key not in s.classic
-            plan = deferral.plan(view, td, s.upfront, () if through_here else s.expanded, ranker)
+        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, CallThrough | None]:
+            through_here = through if through_key not in s.classic else None
+            plan = deferral.plan(view, td, s.upfront, () if through_here is not None else s.expanded, ranker)
             if plan.skipped or not applies:
-                return plan, None, False
+                return plan, None, None
             if not s.upfront:  # chosen once per session, never re-ranked (see deferral.plan)
                 s.upfront = [t.name for t in plan.kept]
             natively = None
-            if native_free and natives is not None and native.applies(natives, model, td, s.classic):
+            if natives is not None and native.applies(natives, model, td, s.classic):
                 natively = native.plan(view, td, (s.upfront or ()) if td.defer.native_upfront else ())
                 natively = None if natively.skipped else natively
             return plan, natively, through_here
 
-        plan, natively, calls_through = self._decide(session, decide)
+        plan, natively, calls_through = self._decide(session, decide)  # calls_through: the adapter's side
         if plan.skipped:
             record.fallback_reason = plan.skipped
             return Prepared()
@@ -254,9 +254,9 @@ class Planner:
             return held
         record.outcome = "pending"
         classic = partial(self._classic, adapter, plan, text, original, session, record, view.stream)
-        if calls_through and through is not None:
+        if calls_through is not None:
             # Refused (an API version without ``parametersJsonSchema``): this request the classic way.
-            ctx = self._through(adapter, through, plan, text, original, session, record, view.stream,
+            ctx = self._through(adapter, calls_through, plan, text, original, session, record, view.stream,
                                 through_key, classic)
         else:
             ctx = classic(model)
