@@ -14,6 +14,7 @@ import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
@@ -23,7 +24,34 @@ import yaml
 from tooldisco.core.bytecache import MiB, memoize
 
 
-STRATEGIES = ("passthrough", "relevance", "tool-search", "api")
+
+
+class Strategy(StrEnum):
+    """What tool discovery does to a request, parsed once here: the other layers ask its
+    properties, and only the planner branches on it."""
+
+    PASSTHROUGH = "passthrough"
+    RELEVANCE = "relevance"
+    TOOL_SEARCH = "tool-search"
+    API = "api"
+
+    @property
+    def defers(self) -> bool:
+        """Tools wait behind the search tool: the strategies that run the loop and stitch."""
+        return self in (Strategy.TOOL_SEARCH, Strategy.API)
+
+    @property
+    def remote(self) -> bool:
+        """The selector service ranks the searches (the proxy's own search backend does not)."""
+        return self is Strategy.API
+
+    @property
+    def search_fallback(self) -> bool | None:
+        """What ``enable_search_fallback`` is forced to; None: as configured."""
+        return {Strategy.RELEVANCE: False, Strategy.TOOL_SEARCH: True, Strategy.API: True}.get(self)
+
+
+STRATEGIES = tuple(s.value for s in Strategy)
 # The search backends ``search.factory`` makes; named here so that config sits below the search.
 SEARCH_BACKENDS = ("regex", "bm25", "hybrid", "fuzzy")
 SCORERS = ("overlap", "bm25", "hybrid")
@@ -67,7 +95,7 @@ class DeferConfig:
     # inline without breaking the cache, while a loaded tool is read with every request
     # (scripts/bench_session.py and scripts/bench_agents.py show the cost).
     native_upfront: bool = False
-    # APIs (``Adapter.api``) whose classic deferral calls found tools through one fixed
+    # APIs (``Adapter.api``) whose deferral calls found tools through one fixed
     # ``call_tool_name`` function instead of appending them to ``tools[]`` (which comes first
     # in the prompt: each append re-bills the whole conversation); ``[]`` turns it off.
     # scripts/bench_session.py shows the saving.
@@ -109,7 +137,7 @@ class NativeConfig:
 @dataclass(frozen=True)
 class ToolDiscovery:
     enabled: bool = False
-    strategy: str = "passthrough"
+    strategy: Strategy = Strategy.PASSTHROUGH
     provider: str | None = None
     api: ApiConfig = ApiConfig()
     min_tools: int = 5
@@ -125,6 +153,9 @@ class ToolDiscovery:
     search: SearchConfig = SearchConfig()
     defer: DeferConfig = DeferConfig()
     native: NativeConfig = NativeConfig()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "strategy", Strategy(self.strategy))  # a name given in code is parsed too
 
     def keeps(self, name: str) -> bool:
         """Whether ``always_keep`` names this tool (exact names or glob patterns)."""
@@ -366,10 +397,12 @@ def _api(s: _Section) -> ApiConfig:
 
 def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
     d = ToolDiscovery()
-    strategy = s.string("strategy", d.strategy)
-    if strategy not in STRATEGIES:
-        warn(f"{s.path('strategy')}: unknown strategy {strategy!r}; using passthrough (requests go unchanged)")
-        strategy = "passthrough"
+    chosen = s.string("strategy", d.strategy.value)
+    if chosen in STRATEGIES:
+        strategy = Strategy(chosen)
+    else:
+        warn(f"{s.path('strategy')}: unknown strategy {chosen!r}; using passthrough (requests go unchanged)")
+        strategy = Strategy.PASSTHROUGH
     min_tools = s.integer("min_tools", d.min_tools, lo=0)
     max_tools = s.integer("max_tools", d.max_tools, lo=1)
     if max_tools < min_tools:
@@ -382,7 +415,7 @@ def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
         raise ConfigError(f"{s.path('call_tool_name')}: must match {TOOL_NAME.pattern} and differ from "
                           f"search_tool_name, got {call_tool!r}")
     fallback = s.boolean("enable_search_fallback", d.enable_search_fallback)
-    forced = {"relevance": False, "tool-search": True, "api": True}.get(strategy)
+    forced = strategy.search_fallback
     if forced is not None and s.has("enable_search_fallback") and fallback != forced:
         warn(f"{s.path('enable_search_fallback')}: forced to {str(forced).lower()} for strategy {strategy}")
     search = s.section("search")

@@ -1,6 +1,7 @@
 """What every wire API package provides, and the stitching contract they share.
 
-``Adapter`` (request and answer bodies), ``StreamDecoder`` (a stream into one answer) and
+``Adapter`` (request and answer bodies: the protocols ``Requests``, ``Answers``, ``Rounds``,
+``Streams``, ``History``), ``StreamDecoder`` (a stream into one answer) and
 ``Stitcher`` (the rounds of a phantom loop as one live client stream) are implemented once
 per API under ``tooldisco.apis.<api>``; ``registry`` picks the package for a request. The
 neutral types they produce live in ``tooldisco.core.types``.
@@ -204,11 +205,9 @@ class StreamDecoder(Protocol):
         ...
 
 
-class Adapter(Protocol):
-    """One wire API. Bodies are ``str`` (decoded UTF-8 JSON); messages are the API's own
-    non-streaming response object as a dict (streams are assembled into one first)."""
-
-    api: str
+class Requests(Protocol):
+    """The request side: a body read, and its tool list rewritten. Bodies are ``str``
+    (decoded UTF-8 JSON)."""
 
     def parse(self, body: str) -> RequestView:
         """Raise ``Unsupported`` for any shape we must not touch."""
@@ -226,17 +225,12 @@ class Adapter(Protocol):
         """The search tool in this API's shape, as definition text."""
         ...
 
-    def calls(self, message: dict[str, Any]) -> list[ToolCall]:
-        ...
 
-    def continue_after(
-        self,
-        body: str,
-        message: dict[str, Any],
-        results: Sequence[ToolResult],
-        add_raws: Sequence[str],
-    ) -> str:
-        """Append the assistant turn and the results in the API's exact shape; append tools."""
+class Answers(Protocol):
+    """The answer side. A message is the API's own non-streaming response object as a dict
+    (streams are assembled into one first)."""
+
+    def calls(self, message: dict[str, Any]) -> list[ToolCall]:
         ...
 
     def strip(self, message: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
@@ -247,32 +241,8 @@ class Adapter(Protocol):
         """Client-visible rounds (already stripped) into one message, usage summed."""
         ...
 
-    def decoder(self) -> StreamDecoder:
-        ...
-
     def usage_headers(self, message: dict[str, Any]) -> dict[str, str]:
         """Response headers that restate usage (Bedrock InvokeModel), for a merged answer."""
-        ...
-
-    # Server-side conversation state (OpenAI Responses ``store``); the other APIs keep none.
-
-    def response_id(self, message: dict[str, Any]) -> str | None:
-        """The id a client's next request may chain from (``previous_response_id``)."""
-        ...
-
-    def pending_items(self, body: str, results: Sequence[ToolResult]) -> list[str]:
-        """Results the server still waits for after a round the client never saw answered
-        (a mixed turn on a stored chain): sent with the client's next chained request."""
-        ...
-
-    def with_pending(self, body: str, items: Sequence[str]) -> str:
-        ...
-
-    def continue_from(self, body: str, response_id: str) -> str:
-        """The request chained from ``response_id`` instead of the id the client names."""
-        ...
-
-    def encode_stream(self, message: dict[str, Any]) -> bytes:
         ...
 
     def restore_echo(self, response: str, body: str) -> str:
@@ -285,12 +255,57 @@ class Adapter(Protocol):
         so that the client's SDK raises the error it retries."""
         ...
 
-    def stitcher(self, phantom: str, body: str) -> Stitcher:
-        """A live stream stitcher for this API (``tooldisco.apis.base``); ``body`` is the request
-        as the client sent it (what echoed fields must show)."""
+
+class Rounds(Protocol):
+    """Going on after a round: the next request of a loop, and the server-side conversation
+    state a client chains from (OpenAI Responses ``store``; the other APIs keep none)."""
+
+    def append_round(
+        self,
+        body: str,
+        message: dict[str, Any],
+        results: Sequence[ToolResult],
+        add_raws: Sequence[str],
+    ) -> str:
+        """Append the assistant turn and the results in the API's exact shape; append tools."""
         ...
 
-    # Hidden rounds put back into a client's history (``tooldisco.engine.rounds``).
+    def response_id(self, message: dict[str, Any]) -> str | None:
+        """The id a client's next request may chain from (``previous_response_id``)."""
+        ...
+
+    def chain_from(self, body: str, response_id: str) -> str:
+        """The request chained from ``response_id`` instead of the id the client names."""
+        ...
+
+    def owed_results(self, body: str, results: Sequence[ToolResult]) -> list[str]:
+        """Results the server still waits for after a round the client never saw answered
+        (a mixed turn on a stored chain), as input items: sent with the client's next chained request."""
+        ...
+
+    def with_owed_results(self, body: str, items: Sequence[str]) -> str:
+        """The request with ``owed_results``' items put before the client's own input."""
+        ...
+
+
+class Streams(Protocol):
+    """The streaming side: a stream read into one message, one message written as a stream,
+    and the rounds of a loop stitched into one live stream (the module docstring)."""
+
+    def decoder(self) -> StreamDecoder:
+        ...
+
+    def encode_stream(self, message: dict[str, Any]) -> bytes:
+        ...
+
+    def stitcher(self, phantom: str, body: str) -> Stitcher:
+        """A live stream stitcher for this API; ``body`` is the request as the client sent it
+        (what echoed fields must show)."""
+        ...
+
+
+class History(Protocol):
+    """Hidden rounds put back into a client's history (``tooldisco.engine.rounds``)."""
 
     def history_path(self, body: str) -> tuple[str, ...] | None:
         """Where the body's conversation is; None when the server holds it (a stored chain)."""
@@ -313,19 +328,41 @@ class Adapter(Protocol):
         """The real rounds put back in place of ``client`` (the entries they stand for), with
         what the client gave those entries that the rest of its history refers to (Gemini CLI's
         own call ids, which its function responses name). ``hidden``: the results of the calls
-        of a mixed turn the client never saw (``with_results``)."""
+        of a mixed turn the client never saw (``with_hidden_results``)."""
         ...
 
-    def with_results(self, made: Sequence[str], hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
+    def with_hidden_results(self, made: Sequence[str], hidden: Sequence[str],
+                            following: Sequence[str]) -> list[str] | None:
         """The client's entries after a restored turn (``made``), answering it as it was made:
         the results of its hidden calls (``hidden``) put in; None when they cannot be."""
         ...
 
 
-class NativeAdapter(Adapter, Protocol):
-    """An API with cache-preserving deferral: deferred tools stay in ``tools[]`` marked
-    ``defer_loading`` (out of the prompt), and a search result loads found ones inline
-    (``ToolResult.loads``), so the prompt prefix the provider cached never changes."""
+class Adapter(Requests, Answers, Rounds, Streams, History, Protocol):
+    """One wire API: each side above, and the deferral flavours it offers beyond the classic one."""
+
+    api: str
+
+    def native_deferral(self) -> NativeDeferral | None:
+        """Its native deferral side (``NativeDeferral``), or None when it has none."""
+        ...
+
+    def call_through(self) -> CallThrough | None:
+        """Its call-through side (``CallThrough``), or None when it has none."""
+        ...
+
+
+class NativeDeferral(Protocol):
+    """The side of an API with cache-preserving deferral (``Adapter.native_deferral``):
+    deferred tools stay in ``tools[]`` marked ``defer_loading`` (out of the prompt), and a
+    search result loads found ones inline (``ToolResult.loads``), so the prompt prefix the
+    provider cached never changes."""
+
+    native_kind: str  # the key of ``tool_discovery.native`` that says which models take it
+
+    def native_model(self, view: RequestView) -> str:
+        """The request's model, as ``tool_discovery.native`` matches it (Bedrock's is in the path)."""
+        ...
 
     def native_search(self, name: str) -> str:
         """The name the loop knows this API's native search call by."""
@@ -341,9 +378,9 @@ class NativeAdapter(Adapter, Protocol):
         ...
 
 
-class CallThroughAdapter(Adapter, Protocol):
-    """An API whose deferral may call found tools through one fixed dispatcher tool
-    (``policy.call_through``), so that ``tools[]`` never changes."""
+class CallThrough(Protocol):
+    """The side of an API whose deferral may call found tools through one fixed dispatcher
+    tool (``Adapter.call_through``, ``policy.call_through``), so that ``tools[]`` never changes."""
 
     def dispatcher_tool(self, name: str, description: str) -> str:
         """The dispatcher (``{name, arguments}``) in this API's shape, as definition text."""

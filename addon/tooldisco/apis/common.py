@@ -10,7 +10,7 @@ from typing import Any, Callable, Collection, Iterable, Sequence
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import MiB, memoize
 from tooldisco.apis import streaming as streams
-from tooldisco.apis.base import Failure
+from tooldisco.apis.base import CallThrough, Failure, NativeDeferral
 from tooldisco.core.types import RequestView, Tool, Unsupported
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
@@ -103,19 +103,27 @@ class AdapterDefaults:
     def usage_headers(self, message: dict[str, Any]) -> dict[str, str]:
         return {}
 
+    def native_deferral(self) -> NativeDeferral | None:
+        """None: no native deferral (``apis.base.NativeDeferral``); the APIs with it return themselves."""
+        return None
+
+    def call_through(self) -> CallThrough | None:
+        """None: no call-through (``apis.base.CallThrough``); the APIs with it return themselves."""
+        return None
+
     def response_id(self, message: dict[str, Any]) -> str | None:
         return None
 
-    def pending_items(self, body: str, results: Sequence[Any]) -> list[str]:
+    def owed_results(self, body: str, results: Sequence[Any]) -> list[str]:
         return []
 
-    def with_pending(self, body: str, items: Sequence[str]) -> str:
+    def with_owed_results(self, body: str, items: Sequence[str]) -> str:
         return body
 
     def restore_echo(self, response: str, body: str) -> str:
         return response
 
-    def continue_from(self, body: str, response_id: str) -> str:
+    def chain_from(self, body: str, response_id: str) -> str:
         return body
 
     def history_path(self, body: str) -> tuple[str, ...] | None:
@@ -135,10 +143,11 @@ class AdapterDefaults:
     def adopt(self, restored: list[str], client: Sequence[str], hidden: Sequence[str] = ()) -> list[str]:
         return restored
 
-    def with_results(self, made: Sequence[str], hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
+    def with_hidden_results(self, made: Sequence[str], hidden: Sequence[str],
+                            following: Sequence[str]) -> list[str] | None:
         """The client's entries after a restored turn (``made``: its real entries), answering
         that turn as it was made: the results of the calls the client never saw (a mixed
-        turn's ``hidden``, entries as ``continue_after`` made them) put first. None when there
+        turn's ``hidden``, entries as ``append_round`` made them) put first. None when there
         are such results and no results entry follows, or not in the shape this API answers
         calls with: the turn then passes as the client sent it. Results are matched by call id
         here, so nothing else changes."""
@@ -270,7 +279,7 @@ def edit_elements(body: str, path: Sequence[str], edit: Callable[[str], str | No
 
 def wrap_history(body: str, path: Sequence[str], names: Collection[str], dispatcher: str, marker: str,
                  called: Callable[[str], tuple[str, ...]], rewrite: Callable[[str, str, frozenset[str]], str]) -> str:
-    """Call-through's request side (``CallThroughAdapter.wrap``), shared: each history entry
+    """Call-through's request side (``CallThrough.wrap``), shared: each history entry
     that calls (``called``: memoised per entry text) a tool in ``names`` rewritten by
     ``rewrite(text, dispatcher, those names)`` (memoised too: every request carries the whole
     history again); an entry without ``marker`` in its text is skipped unread."""

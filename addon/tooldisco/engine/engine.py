@@ -66,7 +66,7 @@ class Engine:
         try:
             return await self.pool.run(tenant, self.prepare, adapter, headers, body, query)
         except Overloaded as e:
-            record = Record(provider=adapter.api, strategy=self.config.tool_discovery.strategy,
+            record = Record(provider=adapter.api, strategy=self.config.tool_discovery.strategy.value,
                             fallback_reason="overloaded")
             self.telemetry.submit(record)
             now = time.monotonic()

@@ -17,23 +17,22 @@ Rules it obeys:
   answers with what it has; should it still answer with searches only, the turn goes out
   stripped and says whether anything is left (``Finish.empty``): an empty assistant turn
   is refused by the APIs when the client sends it back in its history;
-- ``native``: found tools are loaded by the results themselves (``ToolResult.loads``), the
-  tool list is never touched; classic: they are appended to the tool list; call-through
-  (``dispatch``): neither, the model calls them through the dispatcher, whose calls reach
-  the client as calls of the real tool, and those that stand for no tool are answered here
-  with an error, in a hidden round, like a search.
+- how found tools reach the model is the flow's deferral mode's (``policy.modes``): native
+  results load them themselves (``ToolResult.loads``), the tool list is never touched; classic
+  appends them to the tool list; call-through does neither, the model calls them through the
+  dispatcher, whose calls reach the client as calls of the real tool, and those that stand for
+  no tool are answered here with an error, in a hidden round, like a search.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence, cast
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
-from tooldisco.apis.base import Adapter, CallThroughAdapter
+from tooldisco.apis.base import Adapter
 from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
-from tooldisco.policy.call_through import Dispatch
-from tooldisco.core.types import Target
+from tooldisco.policy.modes import DeferralMode
 
 
 @dataclass(frozen=True)
@@ -65,11 +64,9 @@ class Finish:
 @dataclass
 class PhantomLoop:
     adapter: Adapter
-    phantom: str
+    mode: DeferralMode[Any]  # the deferral flavour: how found tools reach the model, what the client sees
     forwarded: Sequence[str]  # tool names already in the forwarded list
     max_loops: int = 5
-    native: bool = False  # results load found tools where they stand; tools[] stays as it is
-    dispatch: Dispatch | None = None  # call-through: found tools are called through this dispatcher
     rounds: int = 0  # re-forwards made
     visible: list[dict[str, Any]] = field(default_factory=list)
     expanded: list[str] = field(default_factory=list)  # tools loaded, discovery order
@@ -84,16 +81,13 @@ class PhantomLoop:
         """``body`` is the request as forwarded, ``message`` the first upstream answer."""
         self._body = body
         self._loaded = set(self.forwarded)
-        ours = {self.phantom} | ({self.dispatch.name} if self.dispatch is not None else set())
-        if not any(c.name in ours for c in self.adapter.calls(message)):
+        if not any(self.mode.answers(c) for c in self.adapter.calls(message)):
             return Finish(message, "no_phantom")
         return self.receive(message)
 
     def receive(self, message: dict[str, Any]) -> Search | Finish:
-        targets = self._targets(message)
-        shown = message if self.dispatch is None else \
-            cast(CallThroughAdapter, self.adapter).unwrap(message, self.dispatch.resolve)
-        self.visible.append(self.adapter.strip(shown, [self.phantom]))
+        targets = self.mode.targets(self.adapter.calls(message))
+        self.visible.append(self.adapter.strip(self.mode.shown(message), [self.phantom]))
         phantom = self._phantom_calls(message)
         refused = [ToolResult(c, t, True) for c in self.adapter.calls(message) if isinstance(t := targets.get(c.id), str)]
         self.dispatched += [t.name for t in targets.values() if not isinstance(t, str)]
@@ -106,23 +100,14 @@ class PhantomLoop:
     def hide(self, message: dict[str, Any]) -> dict[str, Any]:
         """``message`` as the upstream's conversation goes on from it when the client answers
         only its real calls: without the search calls and the dispatcher calls that stand for no tool."""
-        if (dispatch := self.dispatch) is not None:
-            message = cast(CallThroughAdapter, self.adapter).unwrap(
-                message, lambda c: t if isinstance(t := dispatch.resolve(c), str) else None)
-        return self.adapter.strip(message, [self.phantom])
+        return self.adapter.strip(self.mode.hidden(message), [self.phantom])
 
     def found(self, found: Sequence[Found]) -> Send | Finish:
         """The answers to the last ``Search``, in the order of its calls."""
         message, self._pending = self._pending, None
         assert message is not None, "found() without a pending Search"
         loaded = [self._load(f.tools) for f in found]
-        appended: list[str] = []
-        if self.native:
-            results = [replace(f.result, loads=tuple(new)) for f, new in zip(found, loaded)]
-        else:
-            results = [f.result for f in found]
-            if self.dispatch is None:
-                appended = [t.raw for new in loaded for t in new]
+        results, appended = self.mode.loads_found([f.result for f in found], loaded)
         calls = self.adapter.calls(message)
         if self._refused:  # the answers in the order of the calls
             order = {c.id: i for i, c in enumerate(calls)}
@@ -133,7 +118,7 @@ class PhantomLoop:
         if self.rounds >= self.max_loops:
             return self._finish("max_loops")
         self.rounds += 1
-        self._body = self.adapter.continue_after(self._body, message, results, appended)
+        self._body = self.adapter.append_round(self._body, message, results, appended)
         last = self.rounds >= self.max_loops
         return Send(self.without_search(self._body) if last else self._body, self.visible[-1])
 
@@ -158,18 +143,17 @@ class PhantomLoop:
         definition = json.loads(tool.raw)
         return isinstance(definition, dict) and definition.get("type") == self.phantom
 
+    @property
+    def phantom(self) -> str:
+        """The search tool's name as the model calls it."""
+        return self.mode.search
+
     def fail(self) -> Finish:
         """The upstream failed mid-loop: the client gets what it has seen so far."""
         return self._finish("error")
 
     def _phantom_calls(self, message: dict[str, Any]) -> list[ToolCall]:
         return [c for c in self.adapter.calls(message) if c.name == self.phantom]
-
-    def _targets(self, message: dict[str, Any]) -> Mapping[str, Target | str]:
-        """The message's dispatcher calls (by id) with the real call each stands for, or its error."""
-        if self.dispatch is None:
-            return {}
-        return {c.id: t for c in self.adapter.calls(message) if (t := self.dispatch.resolve(c)) is not None}
 
     def _load(self, tools: Sequence[Tool]) -> list[Tool]:
         """New tools in discovery order, each once, never one already forwarded."""

@@ -11,18 +11,19 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
-from typing import Awaitable, Callable, Mapping, Sequence, TypeVar, cast
+from typing import Awaitable, Callable, Mapping, Sequence, TypeVar
 
 from loguru import logger
 
-from tooldisco.config import Config
+from tooldisco.config import Config, Strategy
 from tooldisco.core import jsonspan
 from tooldisco.engine import rounds
-from tooldisco.apis.base import Adapter, CallThroughAdapter, NativeAdapter
+from tooldisco.apis.base import Adapter, CallThrough, NativeDeferral
 from tooldisco.core.types import RequestView, Tool, Unsupported
 from tooldisco.search.base import Catalog
 from tooldisco.state.base import SessionState, SessionStore, session_key
 from tooldisco.policy import call_through, deferral, native, relevance
+from tooldisco.policy.modes import CallThroughMode, ClassicMode, DeferralMode, NativeMode, NoLoopMode
 from tooldisco.engine.telemetry import Record, TelemetrySink
 from tooldisco.core.tokens import estimate_tokens
 from tooldisco.core.tenants import tenant_of
@@ -41,17 +42,17 @@ class FlowContext:
     persist: bool  # False: a caller without a credential, whose turns keep no state
     body: str  # as forwarded
     original: bytes  # as the client sent it: the fail-open resend, and what echoes show
-    phantom: str  # the search tool's name; "" when the strategy runs no loop (relevance)
+    mode: DeferralMode[FlowContext]  # the deferral flavour (``policy.modes``): the loop, runner and searches ask it
     catalog: dict[str, Tool]  # what a search may find: deferred tools of this very request, never the session's
     forwarded: list[str]
     record: Record
     stream: bool = False  # the client asked for a stream (Gemini's JSON-array stream included)
     rewritten: bool = True  # the forwarded body differs from the client's
-    native: bool = False  # native deferral: found tools load inline, tools[] never changes
-    # Native or call-through: the same request deferred the classic way, made if the upstream refuses.
-    classic: Callable[[], FlowContext] | None = None
-    model: str = ""  # the request's model (native: remembered when its API refuses native fields)
-    dispatch: call_through.Dispatch | None = None  # call-through: found tools are called through it
+
+    @property
+    def phantom(self) -> str:
+        """The search tool's name as the model calls it; "" when the strategy runs no loop."""
+        return self.mode.search
 
     @property
     def client_body(self) -> str:
@@ -96,7 +97,7 @@ class Planner:
         """Decide what to forward. ``headers`` keys must be lowercase; ``query`` is the URL's."""
         td = self.config.tool_discovery
         started = time.perf_counter()
-        record = Record(provider=adapter.api, strategy=td.strategy)
+        record = Record(provider=adapter.api, strategy=td.strategy.value)
         try:
             text = _text(body)
             with jsonspan.reusing(text):  # the body's objects decoded once, however often searched
@@ -127,26 +128,27 @@ class Planner:
         session = self._session(view, headers, query)
         record.session = session.key[:12]
         forwarded = text
-        if session.persist and td.strategy in ("tool-search", "api"):  # the strategies that stitch
+        if session.persist and td.strategy.defers:  # the strategies that stitch
             # The upstream goes on from what it really produced, not from the message stitched for the client.
             forwarded, record.restored = rounds.restore(
                 adapter, text, lambda digest: self.store.rounds(session.tenant, session.key, digest))
         if session.head:  # the client chains from the id it was shown; the server from the last round
-            forwarded = adapter.continue_from(forwarded, session.head)
+            forwarded = adapter.chain_from(forwarded, session.head)
         if session.pending:  # results a stored chain still awaits from a mixed turn the client saw
-            forwarded = adapter.with_pending(forwarded, session.pending)
-        if td.strategy != "passthrough" and (defers := deferral.client_defers(view)):
-            # The client searches its own deferred tools: a second search tool beside it could
-            # only fail, and hiding more tools would put them where its search cannot look.
-            record.fallback_reason = defers
-            prepared = Prepared()
-        elif td.strategy == "relevance":
-            prepared = self._relevance(adapter, view, forwarded, body, session, record)
-        elif td.strategy in ("tool-search", "api"):
-            prepared = self._deferral(adapter, view, forwarded, body, session, record)
-        else:
-            record.fallback_reason = "passthrough"
-            prepared = Prepared()
+            forwarded = adapter.with_owed_results(forwarded, session.pending)
+        match td.strategy:
+            case Strategy.PASSTHROUGH:
+                record.fallback_reason = "passthrough"
+                prepared = Prepared()
+            case _ if defers := deferral.client_defers(view):
+                # The client searches its own deferred tools: a second search tool beside it could
+                # only fail, and hiding more tools would put them where its search cannot look.
+                record.fallback_reason = defers
+                prepared = Prepared()
+            case Strategy.RELEVANCE:
+                prepared = self._relevance(adapter, view, forwarded, body, session, record)
+            case Strategy.TOOL_SEARCH | Strategy.API:
+                prepared = self._deferral(adapter, view, forwarded, body, session, record)
         if (session.pending or session.head or record.restored) and prepared.body is None:
             prepared.body = forwarded.encode("utf-8")
         prepared.record = record
@@ -204,8 +206,8 @@ class Planner:
             return Prepared()
         new = adapter.with_tools(text, [t.raw for t in sel.kept])
         record.outcome = "pending"
-        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original, "", {},
-                          [t.name for t in sel.kept], record, view.stream)
+        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original, NoLoopMode(adapter),
+                          {}, [t.name for t in sel.kept], record, view.stream)
         return Prepared(new.encode("utf-8"), ctx)
 
     def _deferral(self, adapter: Adapter, view: RequestView, text: str, original: bytes, session: _Session,
@@ -218,102 +220,127 @@ class Planner:
             return Prepared()
         ranker = _ranked_now(self.ranker, view) if td.defer.upfront else None
         seen = frozenset(view.names())
-        applies = td.strategy != "api" or self._in_rollout(session.key)  # else the request goes unchanged
-        model = native.model_of(adapter, view) if adapter.api in native.KINDS else ""
+        applies = not td.strategy.remote or self._in_rollout(session.key)  # else the request goes unchanged
+        natives = adapter.native_deferral()
+        model = natives.native_model(view) if natives is not None else ""
         # Responses names its native search call itself: a client function of that name would be mistaken for it.
-        native_free = adapter.api in native.KINDS and cast(NativeAdapter, adapter).native_search(phantom) not in seen
+        natives = natives if natives is not None and natives.native_search(phantom) not in seen else None
         # Call-through: found tools stay deferred (called through the dispatcher), so tools[] never grows.
-        through = adapter.api in td.defer.call_through and td.call_tool_name not in seen
+        through = adapter.call_through() if adapter.api in td.defer.call_through else None
+        through = through if td.call_tool_name not in seen else None
 
         # The key a refusal of call-through is remembered by: the model, or the API (Gemini names it in the path).
         through_key = view.model or adapter.api
 
-        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, bool]:
-            through_here = through and through_key not in s.classic
-            plan = deferral.plan(view, td, s.upfront, () if through_here else s.expanded, ranker)
+        def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, CallThrough | None]:
+            through_here = through if through_key not in s.classic else None
+            plan = deferral.plan(view, td, s.upfront, () if through_here is not None else s.expanded, ranker)
             if plan.skipped or not applies:
-                return plan, None, False
+                return plan, None, None
             if not s.upfront:  # chosen once per session, never re-ranked (see deferral.plan)
                 s.upfront = [t.name for t in plan.kept]
             natively = None
-            if native_free and native.applies(adapter, model, td, s.classic):
+            if natives is not None and native.applies(natives, model, td, s.classic):
                 natively = native.plan(view, td, (s.upfront or ()) if td.defer.native_upfront else ())
                 natively = None if natively.skipped else natively
             return plan, natively, through_here
 
-        plan, natively, calls_through = self._decide(session, decide)
+        plan, natively, calls_through = self._decide(session, decide)  # calls_through: the adapter's side
         if plan.skipped:
             record.fallback_reason = plan.skipped
             return Prepared()
-        if td.strategy == "api" and (held := self._rollout(view, plan, session.key, record)) is not None:
+        if td.strategy.remote and (held := self._rollout(view, plan, session.key, record)) is not None:
             return held
         record.outcome = "pending"
-        ctx = self._classic(adapter, plan, text, original, session, record, view.stream, calls_through)
-        ctx.model = through_key if calls_through else model
-        if calls_through:  # refused (an API version without ``parametersJsonSchema``): this request the classic way
-            ctx.classic = partial(self._classic, adapter, plan, text, original, session, record, view.stream, False)
-        if natively is not None:
-            ctx = self._native(cast(NativeAdapter, adapter), natively, text, ctx)
-        record.deferral = "native" if ctx.native else "call-through" if calls_through else "classic"
+        classic = partial(self._classic, adapter, plan, text, original, session, record, view.stream)
+        if calls_through is not None:
+            # Refused (an API version without ``parametersJsonSchema``): this request the classic way.
+            ctx = self._through(adapter, calls_through, plan, text, original, session, record, view.stream,
+                                through_key, classic)
+        else:
+            ctx = classic(model)
+            if natively is not None and natives is not None:
+                ctx = self._native(natives, natively, text, ctx, model)
+        record.deferral = ctx.mode.name
         return Prepared(ctx.body.encode("utf-8"), ctx, self._warm_up(ctx.searchable))
 
+    def _tools(self, adapter: Adapter, plan: deferral.DeferralPlan, text: str, added: list[str], record: Record
+               ) -> str:
+        """The forwarded body: kept tools, ``added`` (ours), tools found earlier; counted."""
+        new = adapter.with_tools(text, [t.raw for t in plan.kept] + added + [t.raw for t in plan.expanded])
+        self._count(record, plan.kept + plan.expanded, plan.deferred, extra=sum(map(estimate_tokens, added)))
+        return new
+
+    def _search_tool(self, adapter: Adapter, plan: deferral.DeferralPlan, dispatcher: str | None = None) -> str:
+        """The search tool, described over deferred + found: a discovery then leaves its text,
+        and so the cached prompt prefix up to it, unchanged."""
+        td = self.config.tool_discovery
+        description = deferral.phantom_description(plan.deferred + plan.expanded, self._backend(),
+                                                   td.max_search_results, dispatcher)
+        return adapter.phantom_tool(td.search_tool_name, description)
+
     def _classic(self, adapter: Adapter, plan: deferral.DeferralPlan, text: str, original: bytes,
-                 session: _Session, record: Record, stream: bool, through: bool) -> FlowContext:
+                 session: _Session, record: Record, stream: bool, model: str = "") -> FlowContext:
         """Classic deferral: kept tools, the search tool, tools found earlier; a discovery appends.
 
         Searchable are the deferred tools of this request alone: a session may be shared by
         clients with other tools (one credential, the same first message), and a definition
-        only another client sent must never reach this one's model (``sessions``).
-
-        ``through`` (call-through, ``policy.call_through``): kept tools, the search tool and
-        the dispatcher, the same for the whole session; found tools are called through the
-        dispatcher, and the history's calls of deferred tools go upstream as the dispatcher
-        calls they were made as."""
-        td = self.config.tool_discovery
-        phantom = td.search_tool_name
-        dispatcher = td.call_tool_name if through else None
-        catalog = {t.name: t for t in plan.deferred}
-        backend = "api" if td.strategy == "api" else td.search.backend
-        added = [adapter.phantom_tool(
-            # Described over deferred + found: a discovery then leaves the search tool's text,
-            # and so the cached prompt prefix up to it, unchanged.
-            phantom,
-            deferral.phantom_description(plan.deferred + plan.expanded, backend, td.max_search_results, dispatcher),
-        )]
-        if dispatcher:
-            through_adapter = cast(CallThroughAdapter, adapter)
-            added.append(through_adapter.dispatcher_tool(dispatcher, call_through.description(phantom)))
-            text = through_adapter.wrap(text, catalog.keys(), dispatcher)
-        new = adapter.with_tools(text, [t.raw for t in plan.kept] + added + [t.raw for t in plan.expanded])
-        self._count(record, plan.kept + plan.expanded, plan.deferred, extra=sum(map(estimate_tokens, added)))
+        only another client sent must never reach this one's model (``sessions``)."""
+        phantom = self.config.tool_discovery.search_tool_name
+        new = self._tools(adapter, plan, text, [self._search_tool(adapter, plan)], record)
         loaded = [t.name for t in plan.kept + plan.expanded]
-        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original, phantom, catalog,
-                          loaded + [phantom] + ([dispatcher] if dispatcher else []), record, stream)
-        if dispatcher:
-            ctx.dispatch = call_through.Dispatch(dispatcher, phantom, ctx.searchable, loaded)
+        return FlowContext(adapter, session.key, session.tenant, session.persist, new, original,
+                           ClassicMode(adapter, phantom, model), {t.name: t for t in plan.deferred},
+                           loaded + [phantom], record, stream)
+
+    def _through(self, adapter: Adapter, through: CallThrough, plan: deferral.DeferralPlan, text: str,
+                 original: bytes, session: _Session, record: Record, stream: bool, key: str,
+                 classic: Callable[[str], FlowContext]) -> FlowContext:
+        """Call-through (``policy.call_through``): kept tools, the search tool and the
+        dispatcher, the same for the whole session; found tools are called through the
+        dispatcher, and the history's calls of deferred tools go upstream as the dispatcher
+        calls they were made as. ``classic``: this request deferred the classic way, should
+        the upstream refuse the dispatcher."""
+        td = self.config.tool_discovery
+        phantom, dispatcher = td.search_tool_name, td.call_tool_name
+        catalog = {t.name: t for t in plan.deferred}
+        added = [self._search_tool(adapter, plan, dispatcher),
+                 through.dispatcher_tool(dispatcher, call_through.description(phantom))]
+        new = self._tools(adapter, plan, through.wrap(text, catalog.keys(), dispatcher), added, record)
+        loaded = [t.name for t in plan.kept + plan.expanded]
+        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original,
+                          ClassicMode(adapter, phantom), catalog, loaded + [phantom, dispatcher], record, stream)
+        # The dispatcher resolves names over the very catalog the searches use.
+        dispatch = call_through.Dispatch(dispatcher, phantom, ctx.searchable, loaded)
+        ctx.mode = CallThroughMode(adapter, through, dispatch, key, partial(classic, key))
         return ctx
 
-    def _native(self, adapter: NativeAdapter, plan: deferral.DeferralPlan, text: str,
-                classic: FlowContext) -> FlowContext:
+    def _native(self, natives: NativeDeferral, plan: deferral.DeferralPlan, text: str,
+                classic: FlowContext, model: str) -> FlowContext:
         """Native deferral (``policy.native``): the client's tools as they are, deferred ones
         marked, the search tool last; searchable are the deferred tools of this request only
         (a reference must name a tool in ``tools[]``). Tools found on earlier turns stay deferred:
         their loading references are in hidden rounds the client's history lacks (restoring those
         rounds brings them back), and loading them here would change ``tools[]``."""
         td = self.config.tool_discovery
-        backend = "api" if td.strategy == "api" else td.search.backend
-        description = deferral.phantom_description(plan.deferred, backend, td.max_search_results)
-        search = adapter.native_search_tool(td.search_tool_name, description)
-        body = adapter.native_tools(text, [t.name for t in plan.deferred], search)
+        description = deferral.phantom_description(plan.deferred, self._backend(), td.max_search_results)
+        search = natives.native_search_tool(td.search_tool_name, description)
+        body = natives.native_tools(text, [t.name for t in plan.deferred], search)
         self._count(classic.record, plan.kept, plan.deferred, extra=estimate_tokens(search))
-        name = adapter.native_search(td.search_tool_name)
-        return replace(classic, body=body, phantom=name, catalog={t.name: t for t in plan.deferred},
-                       forwarded=[t.name for t in plan.kept] + [name], native=True, classic=lambda: classic)
+        name = natives.native_search(td.search_tool_name)
+        mode: NativeMode[FlowContext] = NativeMode(classic.adapter, name, model, fallback=lambda: classic)
+        return replace(classic, body=body, mode=mode, catalog={t.name: t for t in plan.deferred},
+                       forwarded=[t.name for t in plan.kept] + [name])
+
+    def _backend(self) -> str:
+        """The search backend named in the search tool's description."""
+        td = self.config.tool_discovery
+        return "api" if td.strategy.remote else td.search.backend
 
     def _warm_up(self, tools: Catalog) -> Callable[[], Awaitable[None]] | None:
         """Build the catalog's search index while the model is still answering, so its first
         search does not wait for it (the search service builds each catalog's once)."""
-        if self.config.tool_discovery.strategy == "api" or not tools:
+        if self.config.tool_discovery.strategy.remote or not tools:
             return None
         return lambda: self._warm(tools)
 

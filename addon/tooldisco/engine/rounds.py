@@ -14,7 +14,7 @@ A mixed turn (the model searched and called a client tool at once) cannot be re-
 the client must answer its call first. Its model turn is kept as the model made it, search
 calls included, followed by the results the proxy answered those calls with; when the
 client's next request brings its own results, the hidden ones go first in the same results
-turn (``Adapter.with_results``). So the model finds its search answered, the tools it found
+turn (``Adapter.with_hidden_results``). So the model finds its search answered, the tools it found
 (call-through's dispatcher, native ``tool_reference`` loads) are known to it, and it does
 not search again.
 
@@ -97,11 +97,11 @@ def of_turn(adapter: Adapter, first: str, sent: str, last: dict[str, Any], shown
     seen = digest(adapter.comparable(adapter.shown(shown)))
     if not hidden and len(_spans(sent, path) or ()) <= start and seen == digest(adapter.comparable(adapter.shown(last))):
         return None  # nothing was re-forwarded, and the client saw the one real round as it came
-    final = adapter.continue_after(sent, last, hidden, []) if hidden else adapter.continue_after(sent, hide(last), [], [])
+    final = adapter.append_round(sent, last, hidden, []) if hidden else adapter.append_round(sent, hide(last), [], [])
     spans = _spans(final, path) or []
     entries = [final[a:b] for a, b in spans[start:]]
     while not hidden and entries and not adapter.produced(json.loads(entries[-1])):
-        entries.pop()  # the empty results turn that continue_after opened for no results
+        entries.pop()  # the empty results turn that append_round opened for no results
     if not entries:
         return None
     return Rounds(seen, entries)
@@ -160,9 +160,9 @@ def _produced(adapter: Adapter, text: str) -> bool:
 @memoize(8 * MiB, key=lambda adapter, made, hidden, following: (adapter.api, made, hidden, following))
 def _answers(adapter: Adapter, made: tuple[str, ...], hidden: tuple[str, ...],
              following: tuple[str, ...]) -> list[str] | None:
-    """The client's results after a restored turn, as the upstream must get them (``with_results``):
+    """The client's results after a restored turn, as the upstream must get them (``with_hidden_results``):
     the same on every later request, so worked out once."""
-    return adapter.with_results(made, hidden, following)
+    return adapter.with_hidden_results(made, hidden, following)
 
 
 @memoize(8 * MiB, key=lambda adapter, texts: (adapter.api, texts))

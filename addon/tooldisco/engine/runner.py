@@ -17,7 +17,7 @@ import asyncio
 import json
 import time
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, cast
+from typing import Any, AsyncIterator, Awaitable
 
 from loguru import logger
 
@@ -27,7 +27,7 @@ from tooldisco.engine import rounds
 from tooldisco.engine.executor import run_store
 from tooldisco.engine.loop import Finish, PhantomLoop, Search, Send, has_content
 from tooldisco.engine.planner import FlowContext
-from tooldisco.apis.base import CallThroughAdapter, StreamDecoder
+from tooldisco.apis.base import StreamDecoder
 from tooldisco.core.types import ToolResult
 from tooldisco.engine.searches import SearchService
 from tooldisco.state.base import SessionState, SessionStore
@@ -52,7 +52,7 @@ class LoopRunner:
         self.searches = searches
         self.store = store
         self.telemetry = telemetry
-        self.loop = PhantomLoop(ctx.adapter, ctx.phantom, ctx.forwarded, max_loops, ctx.native, ctx.dispatch)
+        self.loop = PhantomLoop(ctx.adapter, ctx.mode, ctx.forwarded, max_loops)
         self._started = False
         self._last: dict[str, Any] = {}  # the last round's message, as the upstream sent it
         self._sent: str | None = None  # the last re-forward's body
@@ -107,19 +107,20 @@ class LoopRunner:
         when the body names none) remembered for the session, so its later turns go classic at
         once. Any other answer goes on as it came."""
         ctx = self.ctx
-        if ctx.classic is None or first.status != 400:
+        if (fallback := ctx.mode.fallback) is None or first.status != 400:
             return first
         body = await first.read(1 << 20)
         if not native.refused(first.status, body):
             return Answer.whole(first.status, body, first.headers)
+        refused_by = ctx.mode.refusal_key
         logger.warning("upstream refused {} deferral for {}; deferring the classic way", ctx.record.deferral,
-                       ctx.model or "the model")
+                       refused_by or "the model")
         ctx.record.fallback_reason = f"{ctx.record.deferral}_refused_400_classic_sent"
         ctx.record.deferral = "classic"
-        if ctx.persist and ctx.model:
-            await run_store(self.store.update, ctx.session, partial(_go_classic, ctx.model))
-        self.ctx = ctx.classic()
-        self.loop = PhantomLoop(self.ctx.adapter, self.ctx.phantom, self.ctx.forwarded, self.loop.max_loops)
+        if ctx.persist and refused_by:
+            await run_store(self.store.update, ctx.session, partial(_go_classic, refused_by))
+        self.ctx = fallback()
+        self.loop = PhantomLoop(self.ctx.adapter, self.ctx.mode, self.ctx.forwarded, self.loop.max_loops)
         return await self._open(open_, self.ctx.body.encode("utf-8"))
 
     async def _fallback(self, first: Answer, open_: Open) -> Answer:
@@ -149,7 +150,7 @@ class LoopRunner:
             return
         expanded = list(loop.expanded)
         head = ctx.adapter.response_id(finish.message)
-        pending = ctx.adapter.pending_items(ctx.body, loop.unanswered) if head and loop.unanswered else []
+        pending = ctx.adapter.owed_results(ctx.body, loop.unanswered) if head and loop.unanswered else []
         shown = shown_id or head
         sent, last, shown_message = self._sent or ctx.body, self._last, finish.message if seen is None else seen
         hidden = list(loop.unanswered) if finish.reason == "mixed" else []
@@ -315,8 +316,7 @@ class LoopRunner:
                     yield chunk
                 return
             yield Head(200, answer.headers)
-            stitcher = (ctx.adapter.stitcher(ctx.phantom, ctx.client_body) if ctx.dispatch is None else
-                        cast(CallThroughAdapter, ctx.adapter).stitcher(ctx.phantom, ctx.client_body, ctx.dispatch))
+            stitcher = ctx.mode.stitcher(ctx.client_body)
             seen = ctx.adapter.decoder()  # the client's stream as its SDK assembles it: what it will send back
             shown_id: str | None = None  # the id the client's stream carries (round one's)
             # Round one's bytes while the stitcher has recognised no event in them (bounded).

@@ -49,13 +49,13 @@ class SearchService:
         searcher: Searcher = self.searcher
         query = plain_query(call.arguments)
         try:
-            local = td.strategy != "api"
+            local = not td.strategy.remote
             if not local:
                 searcher = FixedRanking([])  # select:, listing and bad arguments never need ranking
                 if query is not None:
                     sel = await self.selector.select(query, td.max_search_results, td.always_keep, catalog)
                     record.api_status, record.api_ms, record.selected = sel.status, sel.ms, sel.raw
-                    if sel.fallback and ctx.dispatch is None:
+                    if sel.fallback and ctx.mode.loads_tools:
                         return self._restore_all(ctx, call, record, sel.fallback, t0)
                     # Call-through loads nothing: the local search answers in the selector's stead.
                     local = bool(sel.fallback)
@@ -68,7 +68,7 @@ class SearchService:
                 await self.warm(catalog)
             outcome = await run_query_async(call.arguments, catalog, searcher, td.max_search_results,
                                             td.always_keep, budget_s=td.search.timeout,
-                                            through=ctx.dispatch.name if ctx.dispatch is not None else None)
+                                            through=ctx.mode.dispatcher)
         except Exception as e:  # the model reads an error and goes on; the flow never breaks
             logger.opt(exception=e).warning("search failed")
             record.error = f"search failed: {type(e).__name__}"

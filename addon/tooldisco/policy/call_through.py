@@ -8,8 +8,8 @@ Where the API has no native deferral (Chat Completions, Gemini: ``defer.call_thr
 found tools' whole definitions as text, and the model calls one through the dispatcher.
 
 The client never sees the dispatcher: the answer it gets carries a call of the real tool
-(``CallThroughAdapter.unwrap``, live streams in ``tooldisco.apis.base``), which it runs like any
-other; the history it sends back has those calls wrapped again (``CallThroughAdapter.wrap``),
+(``CallThrough.unwrap``, live streams in ``tooldisco.apis.base``), which it runs like any
+other; the history it sends back has those calls wrapped again (``CallThrough.wrap``),
 the same bytes every time, so the prefix the upstream cached stays valid. A dispatcher call
 naming no tool the client has, or with arguments that are no object, is answered by the
 proxy with an error the model reads, in a hidden round, like a search.

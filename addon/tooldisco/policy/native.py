@@ -6,7 +6,7 @@ each discovery re-bills the whole conversation behind it. With native deferral `
 never changes within a session: every client tool in the client's order, the pinned ones
 (and with ``defer.native_upfront`` the upfront set chosen on the session's first turn) as the
 client sent them, the rest with ``defer_loading`` added, the search tool last. Which requests
-get it: the API (``kind``) and the model, by ``tool_discovery.native`` globs, unless the API
+get it: the API (``NativeDeferral.native_kind``) and the model, by ``tool_discovery.native`` globs, unless the API
 refused it earlier in the session.
 """
 
@@ -17,28 +17,21 @@ import re
 from typing import Sequence
 
 from tooldisco.config import ToolDiscovery
-from tooldisco.apis.base import Adapter
+from tooldisco.apis.base import NativeDeferral
 from tooldisco.core.types import RequestView, Tool
 from tooldisco.policy.deferral import DeferralPlan
 from tooldisco.policy.relevance import must_keep
 
-# Adapter.api -> the key of ``tool_discovery.native`` that says which models take it.
-KINDS = {"anthropic": "anthropic", "bedrock_invoke": "bedrock", "openai_responses": "responses"}
 # An upstream 400 naming one of these refused the fields of a cache-true deferral, not the
 # request: native deferral's, or call-through's JSON-Schema dispatcher (``parametersJsonSchema``,
 # which an older API version or gateway may not take).
 _REFUSAL = re.compile(r"defer_loading|tool_reference|tool_search|parameters_?json_?schema", re.IGNORECASE)
 
 
-def model_of(adapter: Adapter, view: RequestView) -> str:
-    """The request's model: Bedrock names it in the path (the adapter holds it), others in the body."""
-    model = getattr(adapter, "model", None) if adapter.api == "bedrock_invoke" else view.model
-    return model if isinstance(model, str) else ""
-
-
-def applies(adapter: Adapter, model: str, cfg: ToolDiscovery, classic: Sequence[str]) -> bool:
-    kind = KINDS.get(adapter.api)
-    return kind is not None and model not in classic and cfg.native.applies(kind, model)
+def applies(native: NativeDeferral, model: str, cfg: ToolDiscovery, classic: Sequence[str]) -> bool:
+    """Whether this request's model takes native deferral on its API, unless the API refused
+    it earlier in the session (``classic``: what the session remembers refusals by)."""
+    return model not in classic and cfg.native.applies(native.native_kind, model)
 
 
 def refused(status: int, body: bytes) -> bool:

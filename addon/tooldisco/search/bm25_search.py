@@ -37,7 +37,7 @@ from tooldisco.search.tokens import terms
 
 K1 = 1.2
 B = 0.5
-# Lucene's classic coordination factor, softened: a tool's score is scaled by the share of
+# Lucene's coordination factor, softened: a tool's score is scaled by the share of
 # the query's terms it has, to this power, so one rare word (a "3D" in a movie request
 # matching a protein tool) weighs less than several of the request's words. 0.25 ranks
 # best of 0, 0.25 and 0.5 on every set of ``scripts/bench_retrieval.py``; each intent of a

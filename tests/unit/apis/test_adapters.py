@@ -94,7 +94,7 @@ def test_anthropic_loop_helpers():
     assert only["stop_reason"] == "end_turn"
     b = body(model="m", tools=[{"name": "real", "input_schema": {}}], messages=[{"role": "user", "content": "q"}])
     call = ToolCall("p1", "gateway_search_tools", {"query": "x"})
-    out = json.loads(A.continue_after(b, dict(msg, content=msg["content"][:3]), [ToolResult(call, "found", False)],
+    out = json.loads(A.append_round(b, dict(msg, content=msg["content"][:3]), [ToolResult(call, "found", False)],
                                       ['{"name":"new","input_schema":{}}']))
     assert out["messages"][1]["content"][0]["signature"] == "sig"  # thinking kept as signed
     assert out["messages"][2] == {"role": "user", "content": [
@@ -130,7 +130,7 @@ def test_chat_loop_helpers():
     calls = C.calls(completion)
     assert calls == [ToolCall("p", "gateway_search_tools", {"query": "x"})]
     b = body(model="m", messages=[{"role": "user", "content": "q"}], tools=openai_tools(1))
-    out = json.loads(C.continue_after(b, completion, [ToolResult(calls[0], "res")], []))
+    out = json.loads(C.append_round(b, completion, [ToolResult(calls[0], "res")], []))
     assert out["messages"][1] == {"role": "assistant", "content": "let me look", "tool_calls": [
         {"id": "p", "type": "function", "function": {"name": "gateway_search_tools", "arguments": '{"query":"x"}'}}]}
     assert out["messages"][2] == {"role": "tool", "tool_call_id": "p", "content": "res"}

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from tooldisco.engine.loop import Finish, Found, PhantomLoop, Search, Send
+from tooldisco.policy.modes import ClassicMode
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter
 from tooldisco.core.types import Tool, ToolResult
 from tooldisco.apis.registry import detect
@@ -37,11 +38,11 @@ def finder(call):
 
 
 def new_loop(**kw):
-    return Driver(PhantomLoop(A, P, [P], **kw), finder)
+    return Driver(PhantomLoop(A, ClassicMode(A, P), [P], **kw), finder)
 
 
 def test_searches_are_asked_for_not_run():
-    loop = PhantomLoop(A, P, [P])
+    loop = PhantomLoop(A, ClassicMode(A, P), [P])
     act = loop.start(BODY, msg(search_call("a"), search_call("b", "rain")))
     assert isinstance(act, Search) and [c.id for c in act.calls] == ["a", "b"]
     sent = loop.found([finder(c) for c in act.calls])
@@ -161,7 +162,7 @@ def test_without_search_takes_only_the_search_tool_out_for_every_api(path):
     client = json.dumps(API_REQUESTS[path](_tools()))
     with_search = adapter.with_tools(client, [t.raw for t in adapter.parse(client).tools]
                                      + [adapter.phantom_tool(P, "Search the tools.")])
-    loop = PhantomLoop(adapter, P, [P])
+    loop = PhantomLoop(adapter, ClassicMode(adapter, P), [P])
     assert P in adapter.parse(with_search).names()
     out = loop.without_search(with_search)
     assert adapter.parse(out).names() == adapter.parse(client).names()

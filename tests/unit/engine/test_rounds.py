@@ -11,6 +11,7 @@ import pytest
 
 from tooldisco.engine import rounds
 from tooldisco.engine.loop import Found, PhantomLoop, Search, Send
+from tooldisco.policy.modes import ClassicMode
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter
 from tooldisco.apis.base import Adapter
 from tooldisco.core.types import ToolResult
@@ -122,7 +123,7 @@ def run_turn(api: Api, history: list[Any], answers: list[dict[str, Any]]) -> Tur
     """Drive the phantom loop over ``answers`` (each searched until the last) and record the turn."""
     a = api.adapter
     body = json.dumps(api.body(history))
-    loop = PhantomLoop(a, P, [], max_loops=5)
+    loop = PhantomLoop(a, ClassicMode(a, P), [], max_loops=5)
     action = loop.start(body, answers[0])
     sent = body
     for nxt in answers[1:]:
@@ -250,7 +251,7 @@ def mixed_turn(api: Api, history: list[Any], answers: list[dict[str, Any]]) -> t
     what the client was shown, and what is kept (with the answers to the calls it never saw)."""
     a = api.adapter
     body = json.dumps(api.body(history))
-    loop = PhantomLoop(a, P, [], max_loops=5)
+    loop = PhantomLoop(a, ClassicMode(a, P), [], max_loops=5)
     action, sent = loop.start(body, answers[0]), body
     for nxt in answers[1:]:
         action = loop.found([Found(ToolResult(c, f"found for {c.id}"), ()) for c in action.calls])
@@ -384,7 +385,7 @@ def test_responses_string_input_turn():
     api = APIS["openai_responses"]
     a = api.adapter
     body = json.dumps({"model": "m", "store": False, "input": "forecast for Paris?"})
-    loop = PhantomLoop(a, P, [])
+    loop = PhantomLoop(a, ClassicMode(a, P), [])
     search = loop.start(body, api.answer("looking", [("s1", P)], "r1"))
     send = loop.found([Found(ToolResult(c, "found"), ()) for c in search.calls])
     last = api.answer("calling", [("c1", "get_forecast")], "r2")

@@ -18,6 +18,7 @@ from tooldisco.core import jsonspan
 from tooldisco.config import ConfigError, parse
 from tooldisco.engine.engine import Engine
 from tooldisco.engine.loop import Finish, Found, PhantomLoop, Search, Send
+from tooldisco.policy.modes import CallThroughMode
 from tooldisco.core.types import ToolCall, ToolResult
 from tooldisco.apis.gemini.adapter import STAND_IN_SIGNATURE, GeminiAdapter
 from tooldisco.search.factory import make_searcher
@@ -381,7 +382,7 @@ def finder(call: ToolCall) -> Found:
 
 
 def chat_loop(**kw: Any) -> Driver:
-    return Driver(PhantomLoop(CHAT, P, ["read_file", P, D], dispatch=DISPATCH, **kw), finder)
+    return Driver(PhantomLoop(CHAT, CallThroughMode(CHAT, CHAT, DISPATCH), ["read_file", P, D], **kw), finder)
 
 
 CHAT_BODY = json.dumps({"model": "gpt-4.1", "messages": [{"role": "user", "content": "weather?"}],
@@ -441,7 +442,7 @@ def test_results_are_ordered_like_the_calls():
 
 
 def test_a_search_with_a_valid_dispatcher_call_is_mixed():
-    loop = PhantomLoop(CHAT, P, ["read_file", P, D], dispatch=DISPATCH)
+    loop = PhantomLoop(CHAT, CallThroughMode(CHAT, CHAT, DISPATCH), ["read_file", P, D])
     answer = chat_answer("Both.", chat_call("call_S", P, '{"query":"weather"}'),
                          chat_call("call_D", D, dispatcher_args(FORECAST, {"city": "Rome"})))
     act = loop.start(CHAT_BODY, answer)
@@ -472,7 +473,7 @@ def test_hide_drops_searches_and_refused_calls_but_keeps_the_dispatcher_form():
 
 
 def test_gemini_invalid_dispatcher_call_is_answered_as_the_dispatchers_error():
-    loop = Driver(PhantomLoop(GEMINI, P, ["read_file", P, D], dispatch=G_DISPATCH), finder)
+    loop = Driver(PhantomLoop(GEMINI, CallThroughMode(GEMINI, GEMINI, G_DISPATCH), ["read_file", P, D]), finder)
     body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "weather?"}]}]})
     answer = g_answer({"text": "Trying."}, g_call(D, {"name": "nope"}, signature="U0lH"),
                       g_call(P, {"query": "weather"}, id_="s1"))
@@ -575,7 +576,7 @@ async def test_chat_session_keeps_tools_fixed_and_the_prefix_cacheable(engine):
     body1, ctx = forward(engine, CHAT, KEY, chat_request())
     names = names_of(body1)
     assert names[-2:] == [P, D] and len(names) == 5 and RUN_QUERY in ctx.catalog
-    assert ctx.dispatch is not None and ctx.record.deferral == "call-through"
+    assert ctx.mode.dispatcher is not None and ctx.record.deferral == "call-through"
     sent: list[str] = []
 
     async def open_(body: bytes):
@@ -595,7 +596,7 @@ async def test_chat_session_keeps_tools_fixed_and_the_prefix_cacheable(engine):
     turn2 = chat_request({"role": "assistant", "content": shown["content"], "tool_calls": shown["tool_calls"]},
                          {"role": "tool", "tool_call_id": "call_D", "content": "1 row"})
     body2, ctx2 = forward(engine, CHAT, KEY, turn2)
-    assert ctx2.record.restored == 1 and ctx2.dispatch is not None
+    assert ctx2.record.restored == 1 and ctx2.mode.dispatcher is not None
     assert_extends(sent[0], body2)  # the hidden search round restored, tools unchanged
     assistant = json.loads(message_spans(body2)[3])
     assert assistant["tool_calls"] == [chat_call("call_D", D, dispatcher_args(RUN_QUERY, {"sql": "select 1"}))]
@@ -728,7 +729,7 @@ def test_call_through_off_is_classic(tmp_path):
     try:
         body, ctx = forward(e, CHAT, KEY, chat_request())
         assert names_of(body)[-1] == P and D not in names_of(body)
-        assert ctx.dispatch is None and ctx.record.deferral == "classic"
+        assert ctx.mode.dispatcher is None and ctx.record.deferral == "classic"
     finally:
         e.close()
 
@@ -754,7 +755,7 @@ def test_a_client_tool_named_like_the_dispatcher_means_classic(engine):
     request = chat_request()
     request["tools"] = request["tools"] + [{"type": "function", "function": {"name": D, "parameters": {}}}]
     body, ctx = forward(engine, CHAT, KEY, request)
-    assert ctx.dispatch is None and ctx.record.deferral == "classic"
+    assert ctx.mode.dispatcher is None and ctx.record.deferral == "classic"
     assert names_of(body).count(D) <= 1
 
 
@@ -798,7 +799,7 @@ async def test_a_refusal_of_the_dispatchers_schema_resends_classic_and_the_sessi
     assert ctx.record.fallback_reason == "call-through_refused_400_classic_sent"
     later_body, later = forward(engine, GEMINI, G_KEY, gemini_request(
         {"role": "model", "parts": [{"text": "done"}]}, {"role": "user", "parts": [{"text": "and now?"}]}))
-    assert later.dispatch is None and later.record.deferral == "classic" and D not in declared(later_body)
+    assert later.mode.dispatcher is None and later.record.deferral == "classic" and D not in declared(later_body)
 
 
 def test_the_last_reforward_drops_the_search_tool_and_keeps_the_dispatcher(engine):

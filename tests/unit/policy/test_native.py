@@ -70,7 +70,7 @@ def test_native_deferral_keeps_no_upfront_set_unless_told(tmp_path):
     try:
         client = messages_body("weather forecast for Paris")
         first = e.prepare(A, HEADERS, client)
-        assert first.context.native
+        assert first.context.mode.name == "native"
         sent = [json.loads(t) for t in tool_texts(first.body)]
         assert [t["name"] for t in sent if not t.get("defer_loading")] == [P]
         again = e.prepare(A, HEADERS, messages_body("weather forecast for Paris"))
@@ -85,7 +85,7 @@ def test_native_deferral_keeps_no_upfront_set_unless_told(tmp_path):
 def test_every_client_tool_goes_out_in_order_deferred_ones_marked_and_the_search_tool_last(engine):
     client = messages_body("weather forecast for Paris")
     prepared = engine.prepare(A, HEADERS, client)
-    assert prepared.context.native and prepared.context.record.deferral == "native"
+    assert prepared.context.mode.name == "native" and prepared.context.record.deferral == "native"
     sent, original = tool_texts(prepared.body), tool_texts(client)
     assert len(sent) == len(original) + 1
     loaded = []
@@ -110,7 +110,7 @@ def test_tools_stay_byte_identical_across_a_session_whatever_the_topic(engine):
 
 def test_a_model_without_tool_search_gets_classic_deferral(engine):
     prepared = engine.prepare(A, HEADERS, messages_body("weather", model="claude-3-5-sonnet-20241022"))
-    assert not prepared.context.native and prepared.context.record.deferral == "classic"
+    assert prepared.context.mode.name != "native" and prepared.context.record.deferral == "classic"
     assert not any('"defer_loading"' in t for t in tool_texts(prepared.body))
 
 
@@ -119,7 +119,7 @@ def test_native_off_by_config(tmp_path):
            "sessions": {"dir": str(tmp_path / "s")}, "telemetry": {"enabled": False}}
     e = Engine(parse(cfg))
     try:
-        assert not e.prepare(A, HEADERS, messages_body("weather")).context.native
+        assert e.prepare(A, HEADERS, messages_body("weather")).context.mode.name != "native"
     finally:
         e.close()
 
@@ -182,7 +182,7 @@ async def test_bedrock_invoke_names_the_tool_search_beta_and_reads_the_model_fro
     body = json.dumps({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 9, "tools": TOOLS,
                        "messages": [{"role": "user", "content": "help me"}]}).encode()
     prepared, sent, _ = await run_search(engine, adapter, body)
-    assert prepared.context.native
+    assert prepared.context.mode.name == "native"
     assert json.loads(prepared.body)["anthropic_beta"] == ["tool-search-tool-2025-10-19"]
     assert tool_texts(sent[0]) == tool_texts(prepared.body)
 
@@ -206,7 +206,7 @@ async def test_a_refusal_of_the_native_fields_resends_classic_and_the_session_re
     record = prepared.context.record
     assert record.deferral == "classic" and record.fallback_reason == "native_refused_400_classic_sent"
     later = engine.prepare(A, HEADERS, messages_body("and now?"))
-    assert not later.context.native and later.context.record.deferral == "classic"
+    assert later.context.mode.name != "native" and later.context.record.deferral == "classic"
 
 
 async def test_another_400_is_not_a_refusal_of_native_deferral(engine):
@@ -220,7 +220,7 @@ async def test_another_400_is_not_a_refusal_of_native_deferral(engine):
 
     reply = await engine.runner(prepared.context).buffered(Answer.whole(400, other.encode()), open_)
     assert reply.status == 400 and sent == [messages_body("help me")]  # the client's own, as before
-    assert engine.prepare(A, HEADERS, messages_body("again")).context.native
+    assert engine.prepare(A, HEADERS, messages_body("again")).context.mode.name == "native"
 
 
 # --- Responses ---------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def responses_body(text: str, model: str = "gpt-5.4", **extra: Any) -> bytes:
 def test_responses_native_tools_are_the_clients_plus_a_client_tool_search(engine):
     client = responses_body("weather forecast for Paris")
     prepared = engine.prepare(R, HEADERS, client)
-    assert prepared.context.native and prepared.context.phantom == "tool_search"
+    assert prepared.context.mode.name == "native" and prepared.context.phantom == "tool_search"
     sent, original = tool_texts(prepared.body), tool_texts(client)
     for mine, theirs in zip(sent, original):
         assert mine in (theirs, theirs[:-1] + ',"defer_loading":true}')
@@ -274,7 +274,7 @@ async def test_a_tool_search_call_is_answered_with_a_tool_search_output_and_hidd
 def test_a_client_function_named_tool_search_keeps_responses_classic(engine):
     tools = [*FUNCTIONS, {"type": "function", "name": "tool_search", "parameters": {"type": "object"}}]
     prepared = engine.prepare(R, HEADERS, json.dumps({"model": "gpt-5.4", "input": "help", "tools": tools}).encode())
-    assert not prepared.context.native
+    assert prepared.context.mode.name != "native"
 
 
 def test_functions_of_a_namespace_are_deferred_inside_it_and_loaded_in_their_namespace(engine):
@@ -283,14 +283,14 @@ def test_functions_of_a_namespace_are_deferred_inside_it_and_loaded_in_their_nam
                             "parameters": {"type": "object", "properties": {}}} for i in range(12)]}
     tools = [*FUNCTIONS, namespace]
     prepared = engine.prepare(R, HEADERS, json.dumps({"model": "gpt-5.4", "input": "hello", "tools": tools}).encode())
-    assert prepared.context.native
+    assert prepared.context.mode.name == "native"
     sent = json.loads(prepared.body)["tools"]
     assert len(sent) == len(tools) + 1 and sent[len(FUNCTIONS)]["name"] == "mcp__crm__"
     inner = sent[len(FUNCTIONS)]["tools"]
     assert [f["name"] for f in inner] == [f["name"] for f in namespace["tools"]]
     assert all(f.get("defer_loading") is True for f in inner)
     assert "mcp__crm__.lookup_3" in prepared.context.catalog
-    TypeAdapter(list[ResponseInputItemParam]).validate_python([json.loads(R.continue_after(
+    TypeAdapter(list[ResponseInputItemParam]).validate_python([json.loads(R.append_round(
         prepared.context.body, {"output": []},
         [ToolResult(ToolCall("call_1", "tool_search", {}), "", loads=(prepared.context.catalog["mcp__crm__.lookup_3"],))],
         []))["input"][-1]])
@@ -320,7 +320,7 @@ def test_the_last_reforward_drops_only_the_native_search_tool(engine, api):
         client = json.dumps({"model": "gpt-5.4", "input": "weather forecast for Paris", "tools": FUNCTIONS}).encode()
     prepared = engine.prepare(adapter, HEADERS, client)
     ctx = prepared.context
-    assert ctx.native
+    assert ctx.mode.name == "native"
     loop = engine.runner(ctx).loop
     before = tool_texts(prepared.body)
     after = tool_texts(loop.without_search(prepared.body.decode()))

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Sequence
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
-from tooldisco.apis.base import Failure, Stitcher
+from tooldisco.apis.base import NativeDeferral, Failure, Stitcher
 from tooldisco.apis.streaming import as_list
 from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
@@ -127,6 +127,13 @@ def parse_tool(raw: str) -> Tool:
 class AnthropicAdapter(AdapterDefaults):
     api = "anthropic"
     results_member = "content"
+    native_kind = "anthropic"  # ``tool_discovery.native.anthropic``
+
+    def native_deferral(self) -> NativeDeferral:
+        return self
+
+    def native_model(self, view: RequestView) -> str:
+        return view.model if isinstance(view.model, str) else ""
 
     def parse_tool(self, raw: str) -> Tool:
         return parse_tool(raw)
@@ -182,7 +189,7 @@ class AnthropicAdapter(AdapterDefaults):
             if isinstance(b, dict) and b.get("type") == "tool_use"
         ]
 
-    def continue_after(
+    def append_round(
         self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
     ) -> str:
         # The assistant turn goes back exactly as the model produced it (signed thinking blocks

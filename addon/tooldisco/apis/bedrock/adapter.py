@@ -155,7 +155,7 @@ class ConverseAdapter(AdapterDefaults):
                 out.append(ToolCall(str(use.get("toolUseId")), str(use.get("name")), use.get("input")))
         return out
 
-    def continue_after(
+    def append_round(
         self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
     ) -> str:
         # The assistant message goes back as it came (signed reasoningContent must stay intact);
@@ -246,6 +246,10 @@ class InvokeAdapter(AnthropicAdapter):
     stream framing, and the stream flag in the path (the body has no ``stream``)."""
 
     api = "bedrock_invoke"
+    native_kind = "bedrock"  # ``tool_discovery.native.bedrock``
+
+    def native_model(self, view: RequestView) -> str:
+        return self.model  # the path names it; the body names none
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out = super().merge(rounds)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Collection, Iterable, Sequence
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
-from tooldisco.apis.base import Failure, Stitcher
+from tooldisco.apis.base import CallThrough, Failure, Stitcher
 from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
@@ -233,6 +233,9 @@ class GeminiAdapter(AdapterDefaults):
     api = "gemini"  # not a field: the same for every form
     results_member = "parts"
 
+    def call_through(self) -> CallThrough:
+        return self
+
     def parse_tool(self, raw: str) -> Tool:
         return parse_tool(raw)
 
@@ -306,7 +309,7 @@ class GeminiAdapter(AdapterDefaults):
     def calls(self, message: dict[str, Any]) -> list[ToolCall]:
         return [call for call, _ in _call_parts(message)]
 
-    def continue_after(
+    def append_round(
         self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
     ) -> str:
         # The model turn goes back exactly as it came: Gemini 3 rejects function-call parts
@@ -405,7 +408,8 @@ class GeminiAdapter(AdapterDefaults):
                 out[i] = {**parts[i], key: {**call, "id": given_id}}
         return [*restored[:-1], jsonspan.dumps({**last, "parts": out})]
 
-    def with_results(self, made: Sequence[str], hidden: Sequence[str], following: Sequence[str]) -> list[str] | None:
+    def with_hidden_results(self, made: Sequence[str], hidden: Sequence[str],
+                            following: Sequence[str]) -> list[str] | None:
         """The client's functionResponses answer the calls it was shown; upstream they answer
         the step as it was made, in its order and by its calls' names (Gemini 3 refuses a
         response naming another function than the call: a kept tool the model called through

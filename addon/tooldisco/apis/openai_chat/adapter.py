@@ -7,7 +7,7 @@ from typing import Any, Callable, Collection, Iterable, Sequence
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
-from tooldisco.apis.base import Failure, Stitcher
+from tooldisco.apis.base import CallThrough, Failure, Stitcher
 from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
@@ -165,6 +165,9 @@ def _dispatched(tc: dict[str, Any], dispatcher: str) -> dict[str, Any]:
 class OpenAIChatAdapter(AdapterDefaults):
     api = "openai_chat"
 
+    def call_through(self) -> CallThrough:
+        return self
+
     def parse_tool(self, raw: str) -> Tool:
         return parse_tool(raw)
 
@@ -215,7 +218,7 @@ class OpenAIChatAdapter(AdapterDefaults):
             out.append(ToolCall(str(tc.get("id")), str(fn.get("name")), parse_arguments(fn.get("arguments"))))
         return out
 
-    def continue_after(
+    def append_round(
         self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
     ) -> str:
         msg = message["choices"][0]["message"]

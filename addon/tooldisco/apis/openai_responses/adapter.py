@@ -5,7 +5,7 @@ grouped in a ``namespace`` (Codex sends each MCP server as one): each function o
 a tool of its own, named ``namespace.name`` as the model calls it, whose definition text is its
 namespace around that one function; ``with_tools`` puts a namespace's functions back into one
 entry. Everything else (tool_search, hosted and client built-ins) passes through pinned. A re-forward continues the conversation in one of
-three ways, depending on where the conversation lives (see ``continue_after``).
+three ways, depending on where the conversation lives (see ``append_round``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
-from tooldisco.apis.base import Failure, Stitcher
+from tooldisco.apis.base import NativeDeferral, Failure, Stitcher
 from tooldisco.apis.streaming import as_list
 from tooldisco.apis.anthropic.adapter import deferred_text
 from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
@@ -175,6 +175,13 @@ def _replay(output: Any, stored: bool) -> Iterator[dict[str, Any]]:
 
 class OpenAIResponsesAdapter(AdapterDefaults):
     api = "openai_responses"
+    native_kind = "responses"  # ``tool_discovery.native.responses``
+
+    def native_deferral(self) -> NativeDeferral:
+        return self
+
+    def native_model(self, view: RequestView) -> str:
+        return view.model if isinstance(view.model, str) else ""
 
     def parse_tool(self, raw: str) -> Tool:
         return parse_tool(raw)
@@ -251,7 +258,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
                 out.append(ToolCall(str(item.get("call_id")), _qualified(item), parse_arguments(item.get("arguments"))))
         return out
 
-    def continue_after(
+    def append_round(
         self, body: str, message: dict[str, Any], results: Sequence[ToolResult], add_raws: Sequence[str]
     ) -> str:
         """The rule, by where the conversation lives:
@@ -289,17 +296,17 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         rid = message.get("id")
         return rid if isinstance(rid, str) and message.get("store") is not False else None
 
-    def pending_items(self, body: str, results: Sequence[ToolResult]) -> list[str]:
+    def owed_results(self, body: str, results: Sequence[ToolResult]) -> list[str]:
         # A stored response with a function_call lacking its output fails the next chained
         # turn ("No tool output found for function call …"): the outputs must follow.
         if not _stored(load_object(body)):
             return []
         return [_output_item(r) for r in results]
 
-    def continue_from(self, body: str, response_id: str) -> str:
+    def chain_from(self, body: str, response_id: str) -> str:
         return jsonspan.set_member(body, jsonspan.root(body), "previous_response_id", jsonspan.dumps(response_id))
 
-    def with_pending(self, body: str, items: Sequence[str]) -> str:
+    def with_owed_results(self, body: str, items: Sequence[str]) -> str:
         span = jsonspan.find(body, ["input"])
         if not items or span is None:
             return body
@@ -326,7 +333,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
     def history_path(self, body: str) -> tuple[str, ...] | None:
         data = load_object(body)
         if (data.get("previous_response_id") and _stored(data)) or data.get("conversation") is not None:
-            return None  # the server holds the real rounds: continue_from / link keep the chain
+            return None  # the server holds the real rounds: chain_from / link keep the chain
         return ("input",)
 
     def produced(self, entry: Any) -> bool:

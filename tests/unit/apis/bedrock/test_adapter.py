@@ -10,6 +10,7 @@ from urllib.parse import quote
 import pytest
 from tests.support.streams import anthropic_bedrock_final, boto3_events
 from tooldisco.engine.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.policy.modes import ClassicMode
 
 from tests.support.loop_driver import Driver
 from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
@@ -153,7 +154,7 @@ def test_calls_continue_strip_merge():
                             {"text": "Looking for a Slack tool."}, use())
     (call,) = C.calls(first)
     assert call == ToolCall("tooluse_S1", P, {"query": "slack post message"})
-    out = C.continue_after(b, first, [ToolResult(call, "found mcp__slack__post_message")], [json.dumps(specs(6)[-1])])
+    out = C.append_round(b, first, [ToolResult(call, "found mcp__slack__post_message")], [json.dumps(specs(6)[-1])])
     data = json.loads(out)
     assert data["messages"][-2] == first["output"]["message"]  # signed reasoning as it came
     assert data["messages"][-1] == {"role": "user", "content": [
@@ -175,7 +176,7 @@ def test_calls_continue_strip_merge():
 
 def test_converse_stream_through_the_loop_read_back_by_boto3():
     slack = Tool("mcp__slack__post_message", json.dumps(specs(6)[-1]))
-    loop = Driver(PhantomLoop(C, P, [P]), lambda c: Found(ToolResult(c, "loaded"), [slack]))
+    loop = Driver(PhantomLoop(C, ClassicMode(C, P), [P]), lambda c: Found(ToolResult(c, "loaded"), [slack]))
     body = C.with_tools(converse_body(), [C.phantom_tool(P, "Search.")])
     act = loop.start(body, converse_answer({"text": "Searching."}, use()))
     assert isinstance(act, Send)
@@ -227,7 +228,7 @@ def test_invoke_stream_read_back_by_anthropic_bedrock():
     decoder.feed(encoded)
     decoder.feed(b"")
     assert decoder.done and decoder.message() == merged
-    body = adapter.continue_after(claude_body(), first, [ToolResult(adapter.calls(first)[0], "found")], [])
+    body = adapter.append_round(claude_body(), first, [ToolResult(adapter.calls(first)[0], "found")], [])
     assert json.loads(body)["messages"][-1]["content"][0]["tool_use_id"] == "toolu_1"
 
 
@@ -236,5 +237,5 @@ def test_adapter_does_not_mutate_inputs():
     before = copy.deepcopy(m)
     C.strip(m, [P])
     C.merge([m, m])
-    C.continue_after(converse_body(), m, [ToolResult(C.calls(m)[0], "x")], [])
+    C.append_round(converse_body(), m, [ToolResult(C.calls(m)[0], "x")], [])
     assert m == before

@@ -11,6 +11,7 @@ from google.genai import types
 from tests.support.streams import gemini_chunks
 from tests.support.streams_gemini import assemble
 from tooldisco.engine.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.policy.modes import ClassicMode
 
 from tests.support.loop_driver import Driver
 from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
@@ -188,7 +189,7 @@ def test_continue_after_replays_the_model_turn_with_its_signatures():
     m = answer({"text": "thinking", "thought": True}, {"text": "Looking."}, phantom_part(),
                phantom_part("b", None, "x1"))
     c1, c2 = G.calls(m)
-    out = G.continue_after(b, m, [ToolResult(c1, "found mcp__slack__post_message"), ToolResult(c2, "bad", True)],
+    out = G.append_round(b, m, [ToolResult(c1, "found mcp__slack__post_message"), ToolResult(c2, "bad", True)],
                            ['{"name":"mcp__slack__post_message"}'])
     data = json.loads(out)
     assert out.startswith(b.split('"contents"')[0])
@@ -234,7 +235,7 @@ def test_merge_sums_usage_by_modality():
 
 def loop_run(adapter: GeminiAdapter) -> dict:
     slack = Tool("mcp__slack__post_message", json.dumps(declarations(6)[-1]))
-    loop = Driver(PhantomLoop(adapter, P, [P]), lambda c: Found(ToolResult(c, "loaded"), [slack]))
+    loop = Driver(PhantomLoop(adapter, ClassicMode(adapter, P), [P]), lambda c: Found(ToolResult(c, "loaded"), [slack]))
     body = G.with_tools(cli_body(), [G.phantom_tool(P, "Search.")])
     act = loop.start(body, answer({"text": "thought", "thought": True}, phantom_part()))
     assert isinstance(act, Send)
@@ -272,11 +273,11 @@ def test_adapter_does_not_mutate_inputs():
     before = copy.deepcopy(m)
     G.strip(m, [P])
     G.merge([m, m])
-    G.continue_after(cli_body(), m, [ToolResult(G.calls(m)[0], "x")], [])
+    G.append_round(cli_body(), m, [ToolResult(G.calls(m)[0], "x")], [])
     assert m == before
 
 
-# --- the client's answers to a restored step (``with_results``) ----------------------------------
+# --- the client's answers to a restored step (``with_hidden_results``) ----------------------------------
 
 
 def _content(role, *parts):
@@ -297,10 +298,10 @@ def test_answers_take_the_names_of_the_calls_as_made():
 
     made = [_content("model", _fc("gateway_call_tool", name="read_file", arguments={"path": "a"}))]
     client = [_content("user", _fr("read_file", "hello"))]
-    (out,) = GeminiAdapter().with_results(made, [], client)
+    (out,) = GeminiAdapter().with_hidden_results(made, [], client)
     assert json.loads(out)["parts"] == [_fr("gateway_call_tool", "hello")]
     same = [_content("user", _fr("gateway_call_tool", "hello"))]
-    assert GeminiAdapter().with_results(made, [], same) == same  # nothing to change: the client's bytes
+    assert GeminiAdapter().with_hidden_results(made, [], same) == same  # nothing to change: the client's bytes
 
 
 def test_hidden_answers_go_where_their_calls_are():
@@ -309,7 +310,7 @@ def test_hidden_answers_go_where_their_calls_are():
     made = [_content("model", _fc("read_file", path="a"), _fc("gateway_search_tools", query="q"))]
     hidden = [_content("user", _fr("gateway_search_tools", "found"))]
     client = [_content("user", _fr("read_file", "hello"), {"text": "and a note"})]
-    (out,) = GeminiAdapter().with_results(made, hidden, client)
+    (out,) = GeminiAdapter().with_hidden_results(made, hidden, client)
     assert json.loads(out)["parts"] == [_fr("read_file", "hello"), _fr("gateway_search_tools", "found"),
                                         {"text": "and a note"}]
-    assert GeminiAdapter().with_results(made, hidden, []) is None  # no answers of the client's to join
+    assert GeminiAdapter().with_hidden_results(made, hidden, []) is None  # no answers of the client's to join

@@ -10,6 +10,7 @@ import pytest
 from openai.types.responses import FunctionTool, Response
 from tests.support.streams import openai_responses_final, strip_nones
 from tooldisco.engine.loop import Finish, Found, PhantomLoop, Send
+from tooldisco.policy.modes import ClassicMode
 
 from tests.support.loop_driver import Driver
 from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
@@ -190,7 +191,7 @@ def test_continue_stateless_store_false_replays_items_without_ids():
     m = response(reasoning(), reasoning("rs_bare", encrypted=None), message("Let me look for a Slack tool."), call())
     (c,) = R.calls(m)
     new_tool = '{"type":"function","name":"new"}'
-    out = R.continue_after(b, m, [ToolResult(c, "found mcp__slack__post_message")], [new_tool])
+    out = R.append_round(b, m, [ToolResult(c, "found mcp__slack__post_message")], [new_tool])
     assert out.startswith(b.split('"input"')[0])  # everything before input untouched
     data = json.loads(out)
     added = data["input"][len(codex_input()):]
@@ -206,7 +207,7 @@ def test_continue_stateless_store_false_replays_items_without_ids():
 def test_continue_string_input_becomes_a_user_message_with_its_bytes():
     b = '{"model":"m","input":"caf\\u00e9 \\"quoted\\"","store":false,"tools":[]}'
     m = response(call())
-    out = R.continue_after(b, m, [ToolResult(R.calls(m)[0], "r")], [])
+    out = R.append_round(b, m, [ToolResult(R.calls(m)[0], "r")], [])
     assert out.startswith('{"model":"m","input":[{"role":"user","content":"caf\\u00e9 \\"quoted\\""},')
     assert json.loads(out)["input"][0] == {"role": "user", "content": 'café "quoted"'}
 
@@ -214,7 +215,7 @@ def test_continue_string_input_becomes_a_user_message_with_its_bytes():
 def test_continue_stored_without_chain_replays_items_as_they_came():
     b = codex_body(store=True)
     m = response(reasoning(encrypted=None), call(), store=True)
-    out = json.loads(R.continue_after(b, m, [ToolResult(R.calls(m)[0], "r")], []))
+    out = json.loads(R.append_round(b, m, [ToolResult(R.calls(m)[0], "r")], []))
     assert out["input"][-3:-1] == [reasoning(encrypted=None), call()]  # ids resolve server-side
 
 
@@ -222,21 +223,21 @@ def test_continue_stored_chain_points_at_round_one():
     b = codex_body(store=True, previous_response_id="resp_client_prev",
                    input=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "post it"}]}])
     m = response(reasoning(), call(), rid="resp_round1", store=True)
-    out = R.continue_after(b, m, [ToolResult(R.calls(m)[0], "found")], [])
+    out = R.append_round(b, m, [ToolResult(R.calls(m)[0], "found")], [])
     data = json.loads(out)
     assert data["previous_response_id"] == "resp_round1"  # round one holds the call; only its output is new
     assert data["input"] == [{"type": "function_call_output", "call_id": "call_S1", "output": "found"}]
     assert data["instructions"] == "You are Codex, based on GPT-5." and data["store"] is True
     # store:false with previous_response_id: round one was not stored, so the stateless rule applies.
     b2 = codex_body(store=False, previous_response_id="resp_client_prev", input=[])
-    data2 = json.loads(R.continue_after(b2, m, [ToolResult(R.calls(m)[0], "found")], []))
+    data2 = json.loads(R.append_round(b2, m, [ToolResult(R.calls(m)[0], "found")], []))
     assert data2["previous_response_id"] == "resp_client_prev" and len(data2["input"]) == 3
 
 
 def test_continue_conversation_sends_only_outputs():
     b = codex_body(store=None, conversation="conv_123", input=[{"role": "user", "content": "hi"}])
     m = response(call(), store=True)
-    data = json.loads(R.continue_after(b, m, [ToolResult(R.calls(m)[0], "found")], []))
+    data = json.loads(R.append_round(b, m, [ToolResult(R.calls(m)[0], "found")], []))
     assert data["conversation"] == "conv_123" and "previous_response_id" not in data
     assert data["input"] == [{"type": "function_call_output", "call_id": "call_S1", "output": "found"}]
 
@@ -293,7 +294,7 @@ def test_merge_sums_usage_and_keeps_the_last_id():
 
 def test_phantom_loop_end_to_end_and_stream_read_by_the_sdk():
     slack = Tool("mcp__slack__post_message", json.dumps(functions(6)[-1]))
-    loop = Driver(PhantomLoop(R, P, ["shell", P]), lambda c: Found(ToolResult(c, "loaded mcp__slack__post_message"), [slack]))
+    loop = Driver(PhantomLoop(R, ClassicMode(R, P), ["shell", P]), lambda c: Found(ToolResult(c, "loaded mcp__slack__post_message"), [slack]))
     body = R.with_tools(codex_body(), [json.dumps(CODEX_TOOLS[0]), R.phantom_tool(P, "Search.")])
     act = loop.start(body, response(reasoning(), call(), rid="resp_1"))
     assert isinstance(act, Send)
@@ -319,5 +320,5 @@ def test_adapter_does_not_mutate_inputs():
     before = copy.deepcopy(m)
     R.strip(m, [P])
     R.merge([m, m])
-    R.continue_after(codex_body(), m, [ToolResult(R.calls(m)[0], "x")], [])
+    R.append_round(codex_body(), m, [ToolResult(R.calls(m)[0], "x")], [])
     assert m == before

@@ -83,7 +83,7 @@ def test_found_functions_go_back_into_their_namespace_and_calls_read_by_namespac
     message = {"id": "resp_1", "object": "response", "output": [item]}
     result = ToolResult(ToolCall("call_S", P, {"query": "ticket"}), "Loaded: mcp__linear__.get_ticket")
     found = [by["mcp__linear__.get_ticket"], by["mcp__github__.create_issue"]]
-    tools = forwarded_tools(R.continue_after(sent, message, [result], found))
+    tools = forwarded_tools(R.append_round(sent, message, [result], found))
     assert tools[1] == {**LINEAR, "tools": [LINEAR["tools"][0], LINEAR["tools"][1]]}  # into its namespace
     assert tools[2]["name"] == P and tools[3] == {**GITHUB, "tools": [GITHUB["tools"][0]]}  # a new one appended
     call = {"id": "fc_2", "type": "function_call", "call_id": "call_T", "namespace": "mcp__linear__",
