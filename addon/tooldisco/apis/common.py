@@ -10,7 +10,7 @@ from typing import Any, Callable, Collection, Iterable, Sequence
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import MiB, memoize
 from tooldisco.apis import streaming as streams
-from tooldisco.apis.base import CallThrough, Failure, NativeDeferral
+from tooldisco.apis.base import OPENAI_ERROR_TYPES, CallThrough, Failure, NativeDeferral, error_kind
 from tooldisco.core.types import RequestView, Tool, Unsupported
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
@@ -319,3 +319,38 @@ def _add(a: Any, b: Any) -> Any:
 def parse_arguments(text: Any) -> Any:
     """Tool call arguments arrive as JSON text in some APIs; keep the text if it is not JSON."""
     return streams.parse_arguments(text) if isinstance(text, str) else text
+
+
+@memoize(16 * MiB)
+def deferred_text(raw: str) -> str:
+    """A tool definition text with ``"defer_loading": true`` set, every other byte kept
+    (memoised: a session sends the same definitions every turn)."""
+    return jsonspan.set_member(raw, jsonspan.root(raw), "defer_loading", "true")
+
+
+def forced_names(choice: Any) -> set[str]:
+    """Tools named by tool_choice (single function or an allowed_tools list)."""
+    if not isinstance(choice, dict):
+        return set()
+    if choice.get("type") == "function":
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
+        return {name} if isinstance(name, str) else set()
+    if choice.get("type") == "allowed_tools":
+        spec = choice.get("allowed_tools", choice)
+        tools = spec.get("tools") if isinstance(spec, dict) else None
+        out = set()
+        for t in streams.as_list(tools):
+            fn = t.get("function") if isinstance(t, dict) else None
+            name = fn.get("name") if isinstance(fn, dict) else (t.get("name") if isinstance(t, dict) else None)
+            if isinstance(name, str):
+                out.add(name)
+        return out
+    return set()
+
+
+def openai_error_object(failure: Failure) -> dict[str, Any]:
+    """The OpenAI error object for a failure: the upstream's own where its body has one."""
+    kind = OPENAI_ERROR_TYPES[error_kind(failure.status)]
+    base = {"message": failure.text(), "type": kind, "param": None, "code": kind}
+    return {**base, **(failure.upstream_error() or {}), "message": failure.text()}

@@ -12,6 +12,7 @@ from tooldisco.apis.streaming import as_list
 from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import (
+    deferred_text,
     History,
     AdapterDefaults,
     append_array,
@@ -70,13 +71,6 @@ def _keep_breakpoint(original: list[str], raws: list[str]) -> list[str]:
     last = raws[-1]
     raws[-1] = jsonspan.set_member(last, jsonspan.root(last), "cache_control", jsonspan.dumps(marks[-1]))
     return raws
-
-
-@memoize(16 * MiB)
-def deferred_text(raw: str) -> str:
-    """A tool definition text with ``"defer_loading": true`` set, every other byte kept
-    (memoised: a session sends the same definitions every turn)."""
-    return jsonspan.set_member(raw, jsonspan.root(raw), "defer_loading", "true")
 
 
 def _result_content(result: ToolResult) -> Any:

@@ -12,6 +12,8 @@ from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import (
+    forced_names,
+    openai_error_object,
     History,
     AdapterDefaults,
     append_array,
@@ -30,7 +32,6 @@ from tooldisco.apis.common import (
 from tooldisco.apis.openai_chat.stream import ChatCompletionStreamDecoder
 from tooldisco.apis.openai_chat.stream import encode
 from tooldisco.apis.base import dispatcher_schema
-from tooldisco.apis.openai_chat.stitch import error_object
 from tooldisco.apis.openai_chat.stitch import ChatStitcher
 from tooldisco.apis.base import Dispatcher
 from tooldisco.core.types import Target
@@ -60,27 +61,6 @@ def parse_tool(raw: str) -> Tool:
         raise Unsupported("a function tool has no name")
     desc = fn.get("description")
     return Tool(fn["name"], raw, desc if isinstance(desc, str) else "", params_of(fn.get("parameters")))
-
-
-def forced_names(choice: Any) -> set[str]:
-    """Tools named by tool_choice (single function or an allowed_tools list)."""
-    if not isinstance(choice, dict):
-        return set()
-    if choice.get("type") == "function":
-        fn = choice.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
-        return {name} if isinstance(name, str) else set()
-    if choice.get("type") == "allowed_tools":
-        spec = choice.get("allowed_tools", choice)
-        tools = spec.get("tools") if isinstance(spec, dict) else None
-        out = set()
-        for t in as_list(tools):
-            fn = t.get("function") if isinstance(t, dict) else None
-            name = fn.get("name") if isinstance(fn, dict) else (t.get("name") if isinstance(t, dict) else None)
-            if isinstance(name, str):
-                out.add(name)
-        return out
-    return set()
 
 
 # The members of an assistant message the API reads back as input.
@@ -306,7 +286,7 @@ class OpenAIChatAdapter(AdapterDefaults):
 
     def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
         """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
-        body = {"error": error_object(failure)}
+        body = {"error": openai_error_object(failure)}
         return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
     def stitcher(self, phantom: str, body: str, dispatch: Dispatcher | None = None) -> Stitcher:

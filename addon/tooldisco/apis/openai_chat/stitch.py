@@ -43,11 +43,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tooldisco.core.types import ToolCall
-from tooldisco.apis.common import parse_arguments, sum_usage
+from tooldisco.apis.common import openai_error_object, parse_arguments, sum_usage
 from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, as_dict, as_list, dumps
 from tooldisco.apis.openai_chat.stream import DONE, ChatCompletionStreamDecoder
 from tooldisco.apis.framing.sse import encode_event
-from tooldisco.apis.base import Failure, OPENAI_ERROR_TYPES, RoundEnd, Stitcher, error_kind
+from tooldisco.apis.base import Failure, RoundEnd, Stitcher
 from tooldisco.apis.base import Dispatcher
 
 _CHUNK = "chat.completion.chunk"
@@ -130,7 +130,7 @@ class ChatStitcher(Stitcher):
         if self._ended:
             return self._take()
         self._release_held()
-        self._out += encode_event(dumps({"error": error_object(failure)})) + encode_event(DONE)
+        self._out += encode_event(dumps({"error": openai_error_object(failure)})) + encode_event(DONE)
         self._ended = True
         return self._take()
 
@@ -293,8 +293,3 @@ def _closes(chunk: dict[str, Any]) -> bool:
     return choices == [] and chunk.get("usage") is not None
 
 
-def error_object(failure: Failure) -> dict[str, Any]:
-    """The OpenAI error object for a failure: the upstream's own where its body has one."""
-    kind = OPENAI_ERROR_TYPES[error_kind(failure.status)]
-    base = {"message": failure.text(), "type": kind, "param": None, "code": kind}
-    return {**base, **(failure.upstream_error() or {}), "message": failure.text()}

@@ -17,10 +17,12 @@ from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from tooldisco.apis.base import NativeDeferral, Failure, Stitcher
 from tooldisco.apis.streaming import as_list
-from tooldisco.apis.anthropic.adapter import deferred_text
 from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import (
+    deferred_text,
+    forced_names,
+    openai_error_object,
     AdapterDefaults,
     History,
     append_array,
@@ -34,7 +36,6 @@ from tooldisco.apis.common import (
     tool_spans,
     user_text,
 )
-from tooldisco.apis.openai_chat.adapter import forced_names
 from tooldisco.apis.openai_responses.messages import (
     TOOL_SEARCH,
     _client_search,
@@ -45,7 +46,6 @@ from tooldisco.apis.openai_responses.messages import (
 )
 from tooldisco.apis.openai_responses.stream import ResponsesStreamDecoder
 from tooldisco.apis.openai_responses.stream import encode
-from tooldisco.apis.openai_chat.stitch import error_object
 from tooldisco.apis.openai_responses.stitch import ResponsesStitcher
 
 _CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
@@ -362,7 +362,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
 
     def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
         """OpenAI's error body (Responses shares Chat's): ``{"error": {"message", "type", "param", "code"}}``."""
-        body = {"error": error_object(failure)}
+        body = {"error": openai_error_object(failure)}
         return [("content-type", "application/json")], jsonspan.dumps(body).encode("utf-8")
 
     def stitcher(self, phantom: str, body: str) -> Stitcher:
