@@ -144,6 +144,9 @@ class ToolDiscovery:
     max_tools: int = 25
     target_ratio: float = 0.8
     always_keep: tuple[str, ...] = ()
+    # A client's own search over its deferred tools, by name (``policy.client_search`` also
+    # recognises one by what its description says it does): such a request goes through as made.
+    client_search_tools: tuple[str, ...] = ("ToolSearch", "tool_search")
     enable_search_fallback: bool = False
     search_tool_name: str = "gateway_search_tools"
     call_tool_name: str = "gateway_call_tool"  # call-through deferral's dispatcher (``defer.call_through``)
@@ -430,6 +433,7 @@ def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
         max_tools=max_tools,
         target_ratio=s.number("target_ratio", d.target_ratio, lo=0.0, hi=1.0),
         always_keep=s.strings("always_keep", ()),
+        client_search_tools=s.strings("client_search_tools", ToolDiscovery.client_search_tools),
         enable_search_fallback=fallback if forced is None else forced,
         search_tool_name=name,
         call_tool_name=call_tool,

@@ -140,7 +140,7 @@ class Planner:
             case Strategy.PASSTHROUGH:
                 record.fallback_reason = "passthrough"
                 prepared = Prepared()
-            case _ if defers := deferral.client_defers(view):
+            case _ if defers := deferral.client_defers(view, td):
                 # The client searches its own deferred tools: a second search tool beside it could
                 # only fail, and hiding more tools would put them where its search cannot look.
                 record.fallback_reason = defers

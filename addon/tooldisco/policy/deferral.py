@@ -14,6 +14,7 @@ from typing import Sequence
 from tooldisco.config import ToolDiscovery
 from tooldisco.core.types import RequestView, Tool
 from tooldisco.core.tokens import estimate_tokens
+from tooldisco.policy.client_search import client_search
 from tooldisco.policy.relevance import Ranker, must_keep, select
 
 _QUERY_HELP = {
@@ -61,12 +62,13 @@ def phantom_description(deferred: Sequence[Tool], backend: str, limit: int, disp
     )
 
 
-def client_defers(view: RequestView) -> str | None:
+def client_defers(view: RequestView, cfg: ToolDiscovery) -> str | None:
     """Why the client already defers tools itself, or None.
 
     Tools it sent with ``defer_loading`` (Claude Code's MCP tools behind its ``ToolSearch``,
-    Responses functions behind ``tool_search``), or a provider-side search tool in its list
-    (Anthropic ``tool_search_tool_*``, Responses ``tool_search``)."""
+    Responses functions behind ``tool_search``), a provider-side search tool in its list
+    (Anthropic ``tool_search_tool_*``, Responses ``tool_search``), or a search tool of its own
+    over tools it keeps out of the request (``policy.client_search``)."""
     for t in view.tools:
         if t.pinned == "client_deferred":
             return "client_defers: defer_loading"
@@ -74,6 +76,8 @@ def client_defers(view: RequestView) -> str | None:
             kind = t.definition.get("type") if isinstance(t.definition, dict) else None
             if isinstance(kind, str) and kind.startswith("tool_search"):
                 return f"client_defers: {kind}"
+    if name := client_search(view.tools, cfg.client_search_tools):
+        return f"client_defers: search tool {name}"
     return None
 
 

@@ -271,10 +271,13 @@ async def test_a_tool_search_call_is_answered_with_a_tool_search_output_and_hidd
     TypeAdapter(list[ResponseInputItemParam]).validate_python(again["input"])
 
 
-def test_a_client_function_named_tool_search_keeps_responses_classic(engine):
+def test_a_client_function_named_tool_search_is_never_shadowed_by_native_search(engine):
+    """The name Responses' native search takes is the client's own search tool here: the request
+    goes as the client made it (no native ``tool_search`` beside it, nothing deferred)."""
     tools = [*FUNCTIONS, {"type": "function", "name": "tool_search", "parameters": {"type": "object"}}]
     prepared = engine.prepare(R, HEADERS, json.dumps({"model": "gpt-5.4", "input": "help", "tools": tools}).encode())
-    assert prepared.context.mode.name != "native"
+    assert prepared.context is None or prepared.context.mode.name != "native"
+    assert prepared.body is None and prepared.record.fallback_reason == "client_defers: search tool tool_search"
 
 
 def test_functions_of_a_namespace_are_deferred_inside_it_and_loaded_in_their_namespace(engine):
