@@ -105,13 +105,14 @@ def needed_extras(path: str | os.PathLike[str]) -> list[str]:
     """The extras a config names: ``semantic`` for the hybrid backend or scorer, ``redis`` for the
     Redis session store. Read from the YAML without validating (the extra may be what is missing)."""
     raw = yaml.safe_load(Path(path).read_text()) or {}
-    td = raw.get("tool_discovery") or {}
+    td = (raw.get("pipes") or {}).get("tool_discovery") or {}
     search = td.get("search") or {}
     sessions = raw.get("sessions") or {}
     out = []
-    if "hybrid" in (search.get("backend"), td.get("scorer")):
+    # A value may be ${VAR:-default}: whichever it names counts.
+    if any("hybrid" in str(v) for v in (search.get("backend"), td.get("scorer"))):
         out.append("semantic")
-    if sessions.get("backend") == "redis":
+    if "redis" in str(sessions.get("backend")):
         out.append("redis")
     return out
 
@@ -141,10 +142,12 @@ def doctor(config: str, confdir: Path, environ: Mapping[str, str]) -> tuple[list
         out.append(f"note  HTTPS_PROXY={proxy}")
     try:
         cfg = load_config(config)
-    except (ConfigError, OSError) as e:
+    except (ConfigError, OSError, yaml.YAMLError) as e:
         say(False, f"config {config}: {e}")
         return out, problems
     say(True, f"config {config} loads (strategy {cfg.tool_discovery.strategy})")
+    for warning in cfg.warnings:  # what the proxy would log and run past (e.g. an unknown strategy)
+        say(False, f"config: {warning}")
     uncovered = [h for h in USUAL_HOSTS if not cfg.handles_host(h)]
     say(not uncovered, "hosts cover " + ", ".join(h for h in USUAL_HOSTS if h not in uncovered)
         + (f"; not: {', '.join(uncovered)}" if uncovered else ""))
