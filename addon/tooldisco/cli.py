@@ -4,6 +4,7 @@
     tooldisco addon-path                 # mitmdump -s "$(tooldisco addon-path)"
     tooldisco env AGENT                  # eval "$(tooldisco env claude-code)"
     tooldisco doctor [--config PATH]
+    tooldisco demo                       # offline, no API key: one turn, before and after
     tooldisco report FILE.jsonl [...]    # the report extra
 
 It runs the mitmproxy installed beside it (the same Python), so the addon finds its dependencies.
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from tooldisco import demo
 from tooldisco.config import ConfigError, load_config
 
 PACKAGE = Path(__file__).resolve().parent
@@ -255,6 +257,7 @@ def parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="check the CA, the agent variables, the config and its extras")
     d.add_argument("--config", help=f"config file (default: $CONFIG or {DEFAULT_CONFIG})")
     d.add_argument("--confdir", type=Path, help="mitmproxy's confdir (default ~/.mitmproxy)")
+    sub.add_parser("demo", help="one turn through the proxy to a fake model: offline, no API key")
     rep = sub.add_parser("report", help="an HTML report from telemetry files (the report extra)", add_help=False)
     rep.add_argument("args", nargs=argparse.REMAINDER, help="scripts/report.py's arguments")
     return p
@@ -275,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if problems else 0
     if ns.command == "report":
         return _report(ns)
+    if ns.command == "demo":
+        return demo.run(_tool("mitmdump"), ADDON)
     return _run(ns)
 
 

@@ -122,3 +122,10 @@ def test_the_installed_addon_processes_a_request(venv: Venv, tmp_path: Path) -> 
     log = proxy.log_path.read_text()
     assert f"Loading script {addon}" in log
     assert os.path.getsize(tmp_path / "tool_discovery.jsonl") > 0
+
+
+def test_the_installed_demo_runs_without_an_sdk(venv: Venv, tmp_path: Path) -> None:
+    done = subprocess.run([str(venv.bin("tooldisco")), "demo"], capture_output=True, text=True, timeout=180,
+                          cwd=tmp_path, env={**scrubbed_env(), "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "client: plain HTTP" in done.stdout and "search: the model asked" in done.stdout
