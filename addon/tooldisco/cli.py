@@ -244,11 +244,12 @@ def _report(ns: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tooldisco", description="Tool discovery for AI agents, as a mitmproxy addon.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    r = sub.add_parser("run", help="start mitmdump (or mitmweb) with the addon, on loopback",
-                       description="Any argument after the options goes to mitmdump/mitmweb.")
+    # Every argument it does not know goes to mitmdump (parse_known_args); no abbreviations, so that
+    # mitmdump's --web-host or --confdir-like flags are never taken for ours.
+    r = sub.add_parser("run", help="start mitmdump (or mitmweb) with the addon, on loopback", allow_abbrev=False,
+                       description="Every other argument goes to mitmdump/mitmweb (e.g. -p 9000, --mode reverse:URL).")
     r.add_argument("--config", help=f"config file (default: $CONFIG or {DEFAULT_CONFIG})")
     r.add_argument("--web", action="store_true", help="mitmweb instead of mitmdump")
-    r.add_argument("args", nargs=argparse.REMAINDER, help="mitmdump arguments")
     sub.add_parser("addon-path", help="print the addon script's path: mitmdump -s \"$(tooldisco addon-path)\"")
     e = sub.add_parser("env", help="print the environment lines that point an agent at the proxy")
     e.add_argument("agent", help=", ".join(AGENTS))
@@ -264,7 +265,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = parser().parse_args(argv)
+    p = parser()
+    ns, rest = p.parse_known_args(argv)
+    if ns.command == "run":
+        ns.args = rest
+    elif ns.command == "report":
+        ns.args = ns.args + rest
+    elif rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
     if ns.command == "addon-path":
         print(ADDON)
         return 0

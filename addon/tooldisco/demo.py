@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +27,6 @@ import yaml
 
 SEARCH_TOOL = "gateway_search_tools"  # the search tool's name in the demo's config
 QUERY = "weather forecast for a city"
-LISTENING = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
 STARTUP_TIMEOUT = 60.0  # mitmdump's first start creates its CA: generous on a loaded machine
 
 # An agent's catalog as MCP servers name it: a few servers, each with a handful of tools.
@@ -129,33 +128,43 @@ def _config(workdir: Path) -> Path:
     return path
 
 
+def _free_port() -> int:
+    """A port free now; mitmdump binds it a moment later (a clash fails the demo, loudly)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Proxy:
     """mitmdump with the addon in reverse mode in front of ``upstream``; its output kept."""
 
     def __init__(self, mitmdump: str, addon: Path, upstream: str, workdir: Path) -> None:
         self.lines: list[str] = []
-        cmd = [mitmdump, "--mode", f"reverse:{upstream}", "--listen-host", "127.0.0.1", "--listen-port", "0",
+        self.port = _free_port()
+        cmd = [mitmdump, "--mode", f"reverse:{upstream}", "--listen-host", "127.0.0.1", "--listen-port", str(self.port),
                "--set", f"confdir={workdir / 'confdir'}", "-s", str(addon),
                "--set", f"tool_discovery_config={_config(workdir)}"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, cwd=workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self._port: str | None = None
-        self._ready = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self.proc.stdout
         for line in self.proc.stdout:
             self.lines.append(line.rstrip())
-            if not self._port and (m := LISTENING.search(line)):
-                self._port = m.group(1)
-                self._ready.set()
-        self._ready.set()
 
     def url(self) -> str:
-        if not self._ready.wait(STARTUP_TIMEOUT) or not self._port:
-            raise RuntimeError("mitmdump did not start:\n" + "\n".join(self.lines[-20:]))
-        return f"http://127.0.0.1:{self._port}"
+        """Once it accepts connections. Its output may be block-buffered (a console script run
+        with ``python -E`` ignores PYTHONUNBUFFERED, as pipx writes them): the port tells."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return f"http://127.0.0.1:{self.port}"
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("mitmdump did not start:\n" + "\n".join(self.lines[-20:]))
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -204,7 +213,11 @@ def run(mitmdump: str, addon: Path, out: Callable[[str], None] = print) -> int:
         model = FakeModel()
         proxy = Proxy(mitmdump, addon, model.url, workdir)
         try:
-            url = proxy.url()
+            try:
+                url = proxy.url()
+            except RuntimeError as e:
+                out(f"tooldisco demo: {e}")
+                return 1
             sent = tools()
             body = {"model": "claude-demo", "max_tokens": 256, "tools": sent,
                     "messages": [{"role": "user", "content": "What's the weather in Paris tomorrow?"}]}

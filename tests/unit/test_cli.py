@@ -154,3 +154,27 @@ def test_the_console_script_runs_as_a_module() -> None:
     out = subprocess.run([sys.executable, "-m", "tooldisco.cli", "addon-path"], capture_output=True, text=True,
                          cwd=ROOT / "addon", check=True).stdout.strip()
     assert out.endswith("tool_discovery.py")
+
+
+def test_run_passes_every_other_argument_to_mitmdump(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(cli, "_tool", lambda name: f"/bin/{name}")
+    ran: list[list[str]] = []
+    monkeypatch.setattr(cli.os, "execv", lambda path, cmd: ran.append(cmd))
+    assert cli.main(["run", "--mode", "reverse:https://api.anthropic.com", "-p", "9000", "--set", "confdir=/c"]) == 0
+    [cmd] = ran
+    assert cmd[-6:] == ["--mode", "reverse:https://api.anthropic.com", "-p", "9000", "--set", "confdir=/c"]
+    assert f"tool_discovery_config={cli.DEFAULT_CONFIG}" in cmd
+    err = capsys.readouterr().err
+    assert "http://127.0.0.1:9000" in err and "--confdir /c" in err
+
+
+def test_run_with_web_gives_mitmweb_a_hash_and_prints_the_token(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(cli, "_tool", lambda name: f"/bin/{name}")
+    ran: list[list[str]] = []
+    monkeypatch.setattr(cli.os, "execv", lambda path, cmd: ran.append(cmd))
+    assert cli.main(["run", "--web", "--web-port", "9001"]) == 0
+    [cmd] = ran
+    assert cmd[0] == "/bin/mitmweb"
+    token = capsys.readouterr().err.split("?token=")[1].split()[0]
+    password = next(a for a in cmd if a.startswith("web_password=")).split("=", 1)[1]
+    assert token not in " ".join(cmd) and password.startswith("$argon2")
