@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -45,6 +46,11 @@ class Venv:
                               capture_output=True, text=True, check=True).stdout.strip()
 
 
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path
+
+
 def _pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args],
                           capture_output=True, text=True, timeout=PIP_TIMEOUT, env=scrubbed_env())
@@ -61,8 +67,13 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     bare = subprocess.run([str(root / "bin" / "mitmdump"), "--listen-host", "127.0.0.1", "-p", "0",
                            "-s", str(REPO_ROOT / "addon" / "tool_discovery.py")],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path_factory.getbasetemp())
+    # Built from a copy: setuptools writes build/ and *.egg-info beside the sources.
+    source = root.parent / "source"
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO_ROOT / name, source / name if source.exists() else _mkdir(source) / name)
+    shutil.copytree(REPO_ROOT / "addon", source / "addon", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     wheels = root.parent / "wheels"
-    built = _pip(Path(sys.executable), "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(REPO_ROOT))
+    built = _pip(Path(sys.executable), "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(source))
     assert built.returncode == 0, built.stderr
     wheel = next(wheels.glob("tooldisco-*.whl"))
     got = _pip(python, "install", "--quiet", str(wheel))
