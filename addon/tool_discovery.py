@@ -12,6 +12,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tooldisco.script.tool_discovery import DEFAULT_CONFIG, addons, build  # noqa: E402
+from tooldisco.script.tool_discovery import DEFAULT_CONFIG, addons, build
 
-__all__ = ["DEFAULT_CONFIG", "build", "addons"]
+__all__ = ["DEFAULT_CONFIG", "addons", "build"]

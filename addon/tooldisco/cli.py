@@ -6,6 +6,7 @@
     tooldisco doctor [--config PATH]
     tooldisco demo                       # offline, no API key: one turn, before and after
     tooldisco report FILE.jsonl [...]    # the report extra
+    tooldisco wrap AGENT -- COMMAND...   # the agent through a proxy of its own, then what it did
 
 It runs the mitmproxy installed beside it (the same Python), so the addon finds its dependencies.
 """
@@ -14,10 +15,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import secrets
 import shutil
+import socket
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,6 +247,103 @@ def _report(ns: argparse.Namespace) -> int:
     return int(report.main(ns.args) or 0)
 
 
+def _wait_for_port(proc: subprocess.Popen[bytes], port: int, ca: Path, timeout: float = 60.0) -> bool:
+    """Until mitmdump accepts connections and its CA exists (written on its first start)."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            if ca.is_file():
+                return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def summary(records: Sequence[Mapping[str, object]]) -> list[str]:
+    """What the proxy did over a run, from its telemetry records."""
+    if not records:
+        return ["tooldisco: no request was processed (none reached a host in the config's hosts:)"]
+    before = sum(int(r.get("tool_tokens_before") or 0) for r in records)
+    after = sum(int(r.get("tool_tokens_after") or 0) for r in records)
+    searches = [s for r in records for s in (r.get("searches") or [])]  # type: ignore[union-attr]
+    passed = sum(1 for r in records if r.get("fallback_reason"))
+    lines = [f"tooldisco: {len(records)} requests processed; tool definitions ~{before} tokens sent by the agent, "
+             f"~{after} forwarded" + (f" ({100 * (before - after) // before}% fewer)" if before else ""),
+             f"tooldisco: {len(searches)} searches answered by the proxy"
+             + (f"; {passed} requests passed through unchanged (fallback_reason in the telemetry)" if passed else "")]
+    lines += [f"  search {s.get('query')!r}: {', '.join(s.get('matched') or []) or 'nothing'}"  # type: ignore[union-attr]
+              for s in searches[:10]]
+    return lines
+
+
+def _run_agent(name: str, command: list[str], proxy: subprocess.Popen[bytes], port: int, confdir: Path,
+               log: Path) -> int | None:
+    """The agent's exit status once the proxy is up; None when the proxy did not start."""
+    if not _wait_for_port(proxy, port, confdir / CA_FILE):
+        print("tooldisco wrap: mitmdump did not start:\n" + log.read_text(errors="replace")[-2000:], file=sys.stderr)
+        return None
+    env = dict(os.environ)
+    for line in env_lines(name, f"http://127.0.0.1:{port}", confdir):
+        if line.startswith("export "):
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = value
+    print(f"tooldisco wrap: {agent(name).title} through the proxy on 127.0.0.1:{port}", file=sys.stderr)
+    try:
+        return subprocess.call(command, env=env)
+    except OSError as e:
+        print(f"tooldisco wrap: cannot run {command[0]}: {e.strerror or e}", file=sys.stderr)
+        return 127
+    except KeyboardInterrupt:  # Ctrl-C reached the agent too (same process group): report and stop
+        return 130
+
+
+def _wrap(ns: argparse.Namespace) -> int:
+    command = list(ns.command_args)
+    if not command:
+        print("tooldisco wrap: no command given: tooldisco wrap AGENT -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    agent(ns.agent)  # an unknown name exits here, before a proxy starts
+    config_path = ns.config or os.environ.get("CONFIG") or str(DEFAULT_CONFIG)
+    if not Path(config_path).is_file():
+        print(f"tooldisco wrap: no config at {config_path}", file=sys.stderr)
+        return 1
+    confdir = ns.confdir or default_confdir()
+    with tempfile.TemporaryDirectory(prefix="tooldisco-wrap-") as tmp:
+        # The user's config with the telemetry in this run's own file, to tell what was done for it.
+        config = yaml.safe_load(Path(config_path).read_text()) or {}
+        telemetry = Path(tmp) / "telemetry.jsonl"
+        config["telemetry"] = {**(config.get("telemetry") or {}), "path": str(telemetry)}
+        (Path(tmp) / "config.yaml").write_text(yaml.safe_dump(config))
+        port = _free_port()
+        cmd = [*run_command(str(Path(tmp) / "config.yaml"), False, ["--listen-port", str(port)]),
+               "--set", f"confdir={confdir}"]
+        with open(Path(tmp) / "mitmdump.log", "wb") as log:
+            proxy = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                code = _run_agent(ns.agent, command, proxy, port, confdir, Path(tmp) / "mitmdump.log")
+            finally:
+                proxy.terminate()  # mitmdump's shutdown flushes the telemetry
+                try:
+                    proxy.wait(10)
+                except subprocess.TimeoutExpired:
+                    proxy.kill()
+                    proxy.wait()
+        if code is None:
+            return 1
+        records = [json.loads(line) for line in telemetry.read_text().splitlines() if line.strip()] \
+            if telemetry.exists() else []
+    print("\n".join(summary(records)), file=sys.stderr)
+    return code
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tooldisco", description="Tool discovery for AI agents, as a mitmproxy addon.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -258,6 +361,11 @@ def parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="check the CA, the agent variables, the config and its extras")
     d.add_argument("--config", help=f"config file (default: $CONFIG or {DEFAULT_CONFIG})")
     d.add_argument("--confdir", type=Path, help="mitmproxy's confdir (default ~/.mitmproxy)")
+    w = sub.add_parser("wrap", help="run an agent through a proxy of its own; print what the proxy did for it",
+                       description="tooldisco wrap AGENT -- COMMAND [ARGS...]")
+    w.add_argument("agent", help=", ".join(AGENTS))
+    w.add_argument("--config", help=f"config file (default: $CONFIG or {DEFAULT_CONFIG})")
+    w.add_argument("--confdir", type=Path, help="mitmproxy's confdir, where its CA is (default ~/.mitmproxy)")
     sub.add_parser("demo", help="one turn through the proxy to a fake model: offline, no API key")
     rep = sub.add_parser("report", help="an HTML report from telemetry files (the report extra)", add_help=False)
     rep.add_argument("args", nargs=argparse.REMAINDER, help="scripts/report.py's arguments")
@@ -266,11 +374,17 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tail: list[str] = []
+    if argv[:1] == ["wrap"] and "--" in argv:  # wrap's options before --, the agent's command after
+        argv, tail = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     ns, rest = p.parse_known_args(argv)
     if ns.command == "run":
         ns.args = rest
     elif ns.command == "report":
         ns.args = ns.args + rest
+    elif ns.command == "wrap" and not rest:
+        ns.command_args = tail
     elif rest:
         p.error(f"unrecognized arguments: {' '.join(rest)}")
     if ns.command == "addon-path":
@@ -286,6 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if problems else 0
     if ns.command == "report":
         return _report(ns)
+    if ns.command == "wrap":
+        return _wrap(ns)
     if ns.command == "demo":
         return demo.run(_tool("mitmdump"), ADDON)
     return _run(ns)

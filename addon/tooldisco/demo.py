@@ -13,7 +13,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -102,7 +101,7 @@ class FakeModel:
         model = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
                 data = json.dumps(model.answer(body)).encode()
                 self.send_response(200)

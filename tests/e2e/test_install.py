@@ -53,7 +53,7 @@ def _mkdir(path: Path) -> Path:
 
 def _pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *args],
-                          capture_output=True, text=True, timeout=PIP_TIMEOUT, env=scrubbed_env())
+                          capture_output=True, text=True, timeout=PIP_TIMEOUT, env=scrubbed_env(), check=False)
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +66,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
         pytest.skip(f"no mitmproxy {MITMPROXY} from the package index (no network?): {got.stderr.strip()[-300:]}")
     bare = subprocess.run([str(root / "bin" / "mitmdump"), "--listen-host", "127.0.0.1", "-p", "0",
                            "-s", str(REPO_ROOT / "addon" / "tool_discovery.py")],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path_factory.getbasetemp())
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path_factory.getbasetemp(), check=False)
     # Built from a copy: setuptools writes build/ and *.egg-info beside the sources.
     source = root.parent / "source"
     for name in ("pyproject.toml", "README.md", "LICENSE"):
@@ -105,7 +105,7 @@ def test_the_installed_addon_processes_a_request(venv: Venv, tmp_path: Path) -> 
     addon = subprocess.run([str(venv.bin("tooldisco")), "addon-path"], capture_output=True, text=True,
                            check=True, cwd=tmp_path).stdout.strip()
     assert Path(addon).is_relative_to(venv.root) and Path(addon).is_file()
-    doctor = subprocess.run([str(venv.bin("tooldisco")), "doctor"], capture_output=True, text=True, cwd=tmp_path)
+    doctor = subprocess.run([str(venv.bin("tooldisco")), "doctor"], capture_output=True, text=True, cwd=tmp_path, check=False)
     assert "ok    config " + str(venv.root) in doctor.stdout, doctor.stdout
 
     class Installed(MitmDump):
@@ -137,6 +137,6 @@ def test_the_installed_addon_processes_a_request(venv: Venv, tmp_path: Path) -> 
 
 def test_the_installed_demo_runs_without_an_sdk(venv: Venv, tmp_path: Path) -> None:
     done = subprocess.run([str(venv.bin("tooldisco")), "demo"], capture_output=True, text=True, timeout=180,
-                          cwd=tmp_path, env={**scrubbed_env(), "HOME": str(tmp_path)})
+                          cwd=tmp_path, env={**scrubbed_env(), "HOME": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "client: plain HTTP" in done.stdout and "search: the model asked" in done.stdout

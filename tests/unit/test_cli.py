@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tooldisco import cli
 from tooldisco.config import load_config
 
@@ -178,3 +177,28 @@ def test_run_with_web_gives_mitmweb_a_hash_and_prints_the_token(monkeypatch, cap
     token = capsys.readouterr().err.split("?token=")[1].split()[0]
     password = next(a for a in cmd if a.startswith("web_password=")).split("=", 1)[1]
     assert token not in " ".join(cmd) and password.startswith("$argon2")
+
+
+def test_wrap_takes_its_options_before_the_dash_dash_and_the_command_after(monkeypatch) -> None:
+    seen = []
+    monkeypatch.setattr(cli, "_wrap", lambda ns: seen.append(ns) or 0)
+    assert cli.main(["wrap", "claude", "--config", "x.yaml", "--", "claude", "--config", "y", "-p", "hi"]) == 0
+    assert seen[0].agent == "claude" and seen[0].config == "x.yaml"
+    assert seen[0].command_args == ["claude", "--config", "y", "-p", "hi"]
+
+
+def test_wrap_without_a_command_says_how(capsys) -> None:
+    assert cli.main(["wrap", "claude"]) == 2
+    assert "tooldisco wrap AGENT -- COMMAND" in capsys.readouterr().err
+
+
+def test_summary_of_a_run() -> None:
+    assert "no request was processed" in cli.summary([])[0]
+    lines = cli.summary([
+        {"tool_tokens_before": 1000, "tool_tokens_after": 100,
+         "searches": [{"query": "weather", "matched": ["get_forecast"]}]},
+        {"tool_tokens_before": 1000, "tool_tokens_after": 1000, "fallback_reason": "unsupported"},
+    ])
+    assert lines[0] == "tooldisco: 2 requests processed; tool definitions ~2000 tokens sent by the agent, ~1100 forwarded (45% fewer)"
+    assert "1 searches" in lines[1] and "1 requests passed through unchanged" in lines[1]
+    assert lines[2] == "  search 'weather': get_forecast"

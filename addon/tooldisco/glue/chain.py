@@ -23,8 +23,8 @@ from tooldisco.glue.options import DEFAULT_CONFIG, Options
 from tooldisco.glue.redaction import Redaction
 from tooldisco.glue.rewrite import Rewrite
 from tooldisco.glue.upstream import Upstream
-from tooldisco.glue.websocket_gate import WebSocketGate
 from tooldisco.glue.watching import Watching
+from tooldisco.glue.websocket_gate import WebSocketGate
 from tooldisco.watch.watch import Watcher
 
 __all__ = ["DEFAULT_CONFIG", "build"]

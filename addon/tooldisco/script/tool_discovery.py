@@ -25,6 +25,6 @@ except ModuleNotFoundError as e:
         f"{source}  (or: uv tool install mitmproxy --with {source})"
     ) from None
 
-__all__ = ["DEFAULT_CONFIG", "build", "addons"]
+__all__ = ["DEFAULT_CONFIG", "addons", "build"]
 
 addons = build()
