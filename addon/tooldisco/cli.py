@@ -197,6 +197,9 @@ def run_command(config: str, web: bool, extra: Sequence[str]) -> list[str]:
         if _value(args, "--web-host") is None:
             args = ["--web-host", "127.0.0.1", *args]
         cmd += ["--set", "web_open_browser=false"]
+        # mitmweb's default columns and the comment, where the addon says what it did to a flow.
+        for column in ("tls", "icon", "path", "method", "status", "size", "time", "comment"):
+            cmd += ["--set", f"web_columns={column}"]
     return cmd + args
 
 

@@ -131,6 +131,7 @@ def test_run_command_is_loopback_unless_told(monkeypatch) -> None:
     assert "127.0.0.1" not in cmd
     web = cli.run_command("c.yaml", True, [])
     assert web[0] == "/bin/mitmweb"
+    assert "web_columns=comment" in web
     assert "web_open_browser=false" in web and cli._value(web, "--web-host") == "127.0.0.1"
 
 
