@@ -203,3 +203,10 @@ def test_summary_of_a_run() -> None:
     assert lines[0] == "tooldisco: 2 requests processed; tool definitions ~2000 tokens sent by the agent, ~1100 forwarded (45% fewer)"
     assert "1 searches" in lines[1] and "1 requests passed through unchanged" in lines[1]
     assert lines[2] == "  search 'weather': get_forecast"
+
+
+def test_report_runs_the_checkouts_report_over_a_telemetry_file(tmp_path) -> None:
+    telemetry = _write(tmp_path / "t.jsonl", '{"provider": "anthropic", "strategy": "tool-search", "time": 1780000000,'
+                       ' "total_tools": 40, "kept_tools": 5, "tool_tokens_before": 4000, "tool_tokens_after": 500}\n')
+    assert cli.main(["report", str(telemetry), "-o", str(tmp_path / "r.html"), "--quiet"]) == 0
+    assert "<html" in (tmp_path / "r.html").read_text().lower()
