@@ -1,14 +1,8 @@
-"""mitmproxy entry point: ``mitmdump -s addon/tool_discovery.py``.
+"""mitmproxy entry point in a checkout: ``mitmdump -s addon/tool_discovery.py``.
 
-Builds the glue's addons (``tooldisco.glue``, one concern each) in the order their hooks must
-run. mitmproxy runs a script's addons where the script sits in its chain, early: before
-map_remote and modify_headers. Two addons go to the chain's end once mitmproxy runs: the live
-router (``glue.live``: it routes a stream to the relay once the URL is final) and then the
-watcher (``tooldisco.watch``: it annotates a flow after everything else ran).
-
-Two ways an answer comes back through the loop:
-- a JSON answer is buffered by mitmproxy, and the ``response`` hook runs the loop over it (``glue.buffered``);
-- a stream is served live by the in-process relay, which makes the upstream calls itself (``glue.live``).
+The same addons as the installed package's script (``tooldisco/script/tool_discovery.py``, whose
+path ``tooldisco addon-path`` prints); this file puts the checkout's package first on the path,
+so the checkout's code runs whatever else is installed.
 """
 
 from __future__ import annotations
@@ -18,44 +12,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tooldisco.glue.background import Background  # noqa: E402
-from tooldisco.glue.buffered import Buffered  # noqa: E402
-from tooldisco.glue.gemini_key import GeminiKey  # noqa: E402
-from tooldisco.glue.live import Live  # noqa: E402
-from tooldisco.glue.metadata import FlowRecord  # noqa: E402
-from tooldisco.glue.options import DEFAULT_CONFIG, Options  # noqa: E402
-from tooldisco.glue.redaction import Redaction  # noqa: E402
-from tooldisco.glue.rewrite import Rewrite  # noqa: E402
-from tooldisco.glue.upstream import Upstream  # noqa: E402
-from tooldisco.glue.websocket_gate import WebSocketGate  # noqa: E402
-from tooldisco.glue.watching import Watching  # noqa: E402
-from tooldisco.watch.watch import Watcher  # noqa: E402
+from tooldisco.script.tool_discovery import DEFAULT_CONFIG, addons, build
 
-__all__ = ["DEFAULT_CONFIG", "build", "addons"]
-
-
-def build() -> list[object]:
-    """The addons, in chain order. Within a hook they run in this order: the config first (every
-    other addon reads its engine); the flow's record before any hook that reads it; the WebSocket
-    gate and the Gemini key in ``requestheaders``; the rewrite in ``request``; in ``response``,
-    the relayed flow's real URL is shown before the loop completes a buffered answer, and the
-    loop's addon closes the flow's record last."""
-    background = Background()
-    options = Options(background)
-    watch = Watcher(lambda: options.engine.config.tool_discovery if options.engine else None)
-    upstream = Upstream(background, watch)
-    return [
-        options,
-        Redaction(),
-        upstream,
-        FlowRecord(),
-        WebSocketGate(options),
-        GeminiKey(options),
-        Rewrite(options, background, watch),
-        Live(options, upstream, background, watch),  # its running() adds the LiveRouter at the chain's end
-        Buffered(options, upstream, watch),
-        Watching(watch),  # its running() adds the watcher after the router
-    ]
-
-
-addons = build()
+__all__ = ["DEFAULT_CONFIG", "addons", "build"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import base64
 import html
+import importlib.util
 import io
 import math
 import random
@@ -491,6 +492,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--usd-per-mtok", type=float, default=3.0, help="input price for the cost estimate")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    if absent := [m for m in ("matplotlib", "tqdm") if importlib.util.find_spec(m) is None]:
+        print(f"error: the report needs {', '.join(absent)}: pip install 'tooldisco[report]' "
+              "(in a checkout: .venv/bin/python -m pip install -e '.[report]')", file=sys.stderr)
+        return 1
     filters = Filters(args.since, args.until, tuple(args.session), tuple(args.api), tuple(args.strategy))
     try:
         agg = read(args.paths, filters, progress=not args.quiet)

@@ -14,7 +14,8 @@ from tooldisco.engine.engine import Engine
 from tooldisco.glue.background import Background
 from tooldisco.watch.view import ToolsView
 
-DEFAULT_CONFIG = str(Path(__file__).resolve().parents[3] / "configs" / "tool_discovery.yaml")
+# Inside the package: an installed wheel carries its configs (package data).
+DEFAULT_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "tool_discovery.yaml")
 log = logging.getLogger("tool_discovery")
 
 

@@ -117,3 +117,11 @@ def test_the_page_embeds_every_plot_and_writes_the_pngs(tmp_path):
 def test_a_missing_file_is_an_error(tmp_path, capsys):
     assert report.main([str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "r.html"), "--quiet"]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_without_the_report_extra_one_line_names_it(tmp_path, monkeypatch, capsys):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(report.importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert report.main([str(tmp_path / "t.jsonl"), "-o", str(tmp_path / "r.html")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "matplotlib" in err and "pip install 'tooldisco[report]'" in err
