@@ -154,7 +154,7 @@ def doctor(config: str, confdir: Path, environ: Mapping[str, str]) -> tuple[list
         say(False, f"config {config}: {e}")
         return out, problems
     say(True, f"config {config} loads (strategy {cfg.tool_discovery.strategy})")
-    for warning in cfg.warnings:  # what the proxy would log and run past (e.g. an unknown strategy)
+    for warning in cfg.warnings:  # what the proxy would log and run past
         say(False, f"config: {warning}")
     uncovered = [h for h in USUAL_HOSTS if not cfg.handles_host(h)]
     say(not uncovered, "hosts cover " + ", ".join(h for h in USUAL_HOSTS if h not in uncovered)

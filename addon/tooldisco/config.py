@@ -9,6 +9,7 @@ not surface as a strange rewrite in the middle of a user's session. The
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import importlib.util
 import os
@@ -376,7 +377,7 @@ class _Section:
     def done(self) -> None:
         unknown = sorted(set(self.data) - self.used)
         if unknown:
-            raise ConfigError(f"{self.path(unknown[0])}: unknown key")
+            raise ConfigError(f"{self.path(unknown[0])}: unknown key{_nearest(str(unknown[0]), self.used)}")
 
 
 def _api(s: _Section) -> ApiConfig:
@@ -398,14 +399,19 @@ def _api(s: _Section) -> ApiConfig:
     return api
 
 
+def _nearest(word: str, valid) -> str:
+    """``" (did you mean 'x'?)"`` for the closest valid name, or nothing when none is close."""
+    close = difflib.get_close_matches(word, sorted(map(str, valid)), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
     d = ToolDiscovery()
     chosen = s.string("strategy", d.strategy.value)
-    if chosen in STRATEGIES:
-        strategy = Strategy(chosen)
-    else:
-        warn(f"{s.path('strategy')}: unknown strategy {chosen!r}; using passthrough (requests go unchanged)")
-        strategy = Strategy.PASSTHROUGH
+    if chosen not in STRATEGIES:  # a typo must not run as passthrough unnoticed
+        raise ConfigError(f"{s.path('strategy')}: unknown strategy {chosen!r}{_nearest(chosen, STRATEGIES)}; "
+                          f"one of {', '.join(STRATEGIES)}")
+    strategy = Strategy(chosen)
     min_tools = s.integer("min_tools", d.min_tools, lo=0)
     max_tools = s.integer("max_tools", d.max_tools, lo=1)
     if max_tools < min_tools:

@@ -61,10 +61,18 @@ def test_bad_values_name_the_key(data, message):
         parse(data, env={})
 
 
-def test_unknown_strategy_degrades_to_passthrough():
-    cfg = parse(td(strategy="telepathy"))
-    assert cfg.tool_discovery.strategy == "passthrough"
-    assert any("unknown strategy" in w for w in cfg.warnings)
+def test_an_unknown_strategy_is_refused_with_the_nearest_name():
+    with pytest.raises(ConfigError, match=r"strategy: unknown strategy 'toolsearch' \(did you mean 'tool-search'\?\)"):
+        parse(td(strategy="toolsearch"))
+    with pytest.raises(ConfigError, match=r"unknown strategy 'telepathy'; one of passthrough"):
+        parse(td(strategy="telepathy"))
+
+
+def test_a_misspelled_key_is_refused_with_the_nearest_name():
+    with pytest.raises(ConfigError, match=r"max_tool: unknown key \(did you mean 'max_tools'\?\)"):
+        parse(td(max_tool=3))
+    with pytest.raises(ConfigError, match=r"tool_discovery.enabeld: unknown key \(did you mean 'enabled'\?\)"):
+        parse(td(enabeld=True))
 
 
 @pytest.mark.parametrize("strategy, forced", [("relevance", False), ("tool-search", True), ("api", True)])
