@@ -50,8 +50,8 @@ class Options:
         self._close()
         self.engine = Engine(config)
         td = config.tool_discovery
-        log.info("tool discovery: %s, strategy %s, hosts %s",
-                 "on" if td.enabled else "off", td.strategy, ", ".join(config.hosts))
+        state = "on" if td.enabled else f"off (set pipes.tool_discovery.enabled: true in {path})"
+        log.info("tool discovery: %s, strategy %s, hosts %s", state, td.strategy.value, ", ".join(config.hosts))
 
     def done(self) -> None:
         self._close()
