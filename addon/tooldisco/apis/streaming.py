@@ -235,7 +235,32 @@ class Assembler(ABC):
         return message
 
 
-class SSEStreamDecoder:
+class AssembledDecoder:
+    """What every stream decoder answers from its assembler: the message so far, the upstream's
+    error, whether the API's end arrived, and whether text past ``MAX_ASSEMBLED_TEXT`` went unkept."""
+
+    assembler: Assembler
+
+    def message(self) -> dict[str, Any]:
+        return self.assembler.message()
+
+    @property
+    def error(self) -> Any:
+        """The upstream's error payload, to pass through to the client; None if none came."""
+        return self.assembler.error
+
+    @property
+    def done(self) -> bool:
+        """True once the API's end arrived (its terminal event, or Gemini's ``finishReason``)."""
+        return self.assembler.done
+
+    @property
+    def cut(self) -> bool:
+        """The message lacks text past ``MAX_ASSEMBLED_TEXT``: the stream went on, it was not kept."""
+        return self.assembler.text.cut
+
+
+class SSEStreamDecoder(AssembledDecoder):
     """Sans-IO decoder for an SSE API with JSON payloads: bytes in, ``Event``s out.
 
     ``feed(b"")`` marks the end of the body (as mitmproxy's stream callback and h11
@@ -252,21 +277,3 @@ class SSEStreamDecoder:
             payload = loads_or_text(sse.data)
             events.append(Event(self.assembler.apply(sse.event, payload), payload, sse.raw))
         return events
-
-    def message(self) -> dict[str, Any]:
-        return self.assembler.message()
-
-    @property
-    def error(self) -> Any:
-        """The upstream's error payload, to pass through to the client; None if none came."""
-        return self.assembler.error
-
-    @property
-    def done(self) -> bool:
-        """True once the API's terminal event arrived."""
-        return self.assembler.done
-
-    @property
-    def cut(self) -> bool:
-        """The message lacks text past ``MAX_ASSEMBLED_TEXT``: the stream went on, it was not kept."""
-        return self.assembler.text.cut

@@ -22,6 +22,7 @@ from typing import Any
 
 from tooldisco.apis.anthropic import stream as anthropic
 from tooldisco.apis.streaming import (
+    AssembledDecoder,
     Assembler,
     Event,
     as_dict,
@@ -132,7 +133,7 @@ def _final_block(block: dict[str, Any]) -> dict[str, Any]:
     return block
 
 
-class _FramedStreamDecoder:
+class _FramedStreamDecoder(AssembledDecoder):
     """Event-stream frames -> ``Event``s through an assembler; exception frames become the error."""
 
     def __init__(self, assembler: Assembler) -> None:
@@ -155,22 +156,6 @@ class _FramedStreamDecoder:
     def _unwrap(self, frame: Frame) -> tuple[str | None, Any]:
         return frame.event_type, _json_payload(frame.payload)
 
-    def message(self) -> dict[str, Any]:
-        return self.assembler.message()
-
-    @property
-    def error(self) -> Any:
-        """The exception (``{"type", "message", ...}``) to pass through; None if none came."""
-        return self.assembler.error
-
-    @property
-    def done(self) -> bool:
-        return self.assembler.done
-
-    @property
-    def cut(self) -> bool:
-        """The message lacks text past ``MAX_ASSEMBLED_TEXT`` (``apis.streaming``)."""
-        return self.assembler.text.cut
 
 
 def _json_payload(payload: bytes) -> Any:

@@ -19,7 +19,7 @@ import copy
 import re
 from typing import Any
 
-from tooldisco.apis.streaming import Assembler, Event, Fragments, as_list, dumps, loads_or_text
+from tooldisco.apis.streaming import AssembledDecoder, Assembler, Event, Fragments, as_list, dumps, loads_or_text
 from tooldisco.apis.framing.sse import SSEDecoder, encode_event
 
 _TEXT_KEYS = frozenset({"text", "thought", "thoughtSignature"})
@@ -182,7 +182,7 @@ class JSONArrayDecoder:
         return rest
 
 
-class GeminiStreamDecoder:
+class GeminiStreamDecoder(AssembledDecoder):
     """Gemini stream bytes -> events; ``message()`` is the GenerateContentResponse.
 
     The framing is read from the first byte: ``[`` is the JSON-array form, anything
@@ -225,22 +225,6 @@ class GeminiStreamDecoder:
             events.append(Event(self.assembler.apply(name, payload), payload, raw))
         return events
 
-    def message(self) -> dict[str, Any]:
-        return self.assembler.message()
-
-    @property
-    def error(self) -> Any:
-        return self.assembler.error
-
-    @property
-    def done(self) -> bool:
-        """True once a candidate has a ``finishReason`` (Gemini has no terminal event)."""
-        return self.assembler.done
-
-    @property
-    def cut(self) -> bool:
-        """The message lacks text past ``MAX_ASSEMBLED_TEXT`` (``apis.streaming``)."""
-        return self.assembler.text.cut
 
 
 def chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
