@@ -65,6 +65,27 @@ DEFAULT_HOSTS = (
     "generativelanguage.googleapis.com",
     "bedrock-runtime.*.amazonaws.com",
 )
+_LOCAL = ("localhost", "127.0.0.1", "::1")  # an OpenAI-compatible server on this machine
+# Named presets for ``hosts:``: a bare word (no dot, no colon, no glob) is a preset, anything
+# else a host name or fnmatch pattern, so the two never read alike. A host name without a dot
+# (a Docker service name) is written with a trailing dot: ``ollama.``.
+HOST_PRESETS: dict[str, tuple[str, ...]] = {
+    "default": DEFAULT_HOSTS,
+    "openrouter": ("openrouter.ai",),
+    "azure": ("*.openai.azure.com", "*.services.ai.azure.com"),
+    "groq": ("api.groq.com",),
+    "deepseek": ("api.deepseek.com",),
+    "together": ("api.together.xyz", "api.together.ai"),
+    "fireworks": ("api.fireworks.ai",),
+    "mistral": ("api.mistral.ai",),
+    "xai": ("api.x.ai",),
+    "local": _LOCAL,
+    "ollama": _LOCAL,
+    "vllm": _LOCAL,
+    "lmstudio": _LOCAL,
+    "litellm": _LOCAL,
+}
+_PRESET_WORD = re.compile(r"^[A-Za-z0-9_-]+$")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -73,6 +94,25 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 class ConfigError(ValueError):
     """Raised with a message that starts with the offending key."""
+
+
+def expand_hosts(entries: tuple[str, ...], key: str = "hosts") -> tuple[str, ...]:
+    """Presets expanded in place, host names kept (lower-cased, a trailing dot dropped: DNS's
+    absolute form names the same host), duplicates dropped. An unknown bare word is an error
+    naming the nearest preset: a typo would otherwise match no host and process nothing."""
+    out: dict[str, None] = {}
+    for entry in entries:
+        if _PRESET_WORD.match(entry):
+            if (preset := HOST_PRESETS.get(entry.lower())) is None:
+                near = difflib.get_close_matches(entry.lower(), HOST_PRESETS, n=1, cutoff=0.5)
+                hint = f"did you mean {near[0]!r}? " if near else ""
+                raise ConfigError(f"{key}: unknown preset {entry!r}; {hint}presets are "
+                                  f"{', '.join(HOST_PRESETS)} (a host name without a dot is "
+                                  f"written with a trailing dot: {entry}.)")
+            out.update(dict.fromkeys(preset))
+        else:
+            out[entry.lower().rstrip(".") or entry] = None
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -559,7 +599,7 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
     ps.done()
     cfg = Config(
         tool_discovery=td,
-        hosts=top.strings("hosts", DEFAULT_HOSTS),
+        hosts=expand_hosts(top.strings("hosts", DEFAULT_HOSTS), top.path("hosts")),
         sessions=sessions,
         telemetry=telemetry,
         planning=planning,

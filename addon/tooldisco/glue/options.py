@@ -28,6 +28,7 @@ class Options:
 
     def __init__(self, background: Background) -> None:
         self.engine: Engine | None = None
+        self.config_path = DEFAULT_CONFIG  # named in warnings that ask for a config change
         self._background = background
 
     def load(self, loader) -> None:
@@ -49,6 +50,7 @@ class Options:
             log.warning(warning)
         self._close()
         self.engine = Engine(config)
+        self.config_path = str(path)
         td = config.tool_discovery
         state = "on" if td.enabled else f"off (set pipes.tool_discovery.enabled: true in {path})"
         log.info("tool discovery: %s, strategy %s, hosts %s", state, td.strategy.value, ", ".join(config.hosts))

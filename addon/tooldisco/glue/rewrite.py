@@ -15,10 +15,12 @@ from tooldisco.glue import messages, metadata
 from tooldisco.glue.background import Background
 from tooldisco.glue.options import Options
 from tooldisco.net import sigv4
+from tooldisco.policy.hosts import unlisted_host
 from tooldisco.watch.watch import Watcher
 
 log = logging.getLogger("tool_discovery")
 REENCODABLE = frozenset({"gzip", "deflate", "br", "zstd", "identity"})  # a single one mitmproxy re-applies on set
+WARNED_HOSTS_MAX = 100  # unlisted hosts warned about, remembered per process: bounded by count
 
 
 class Rewrite:
@@ -30,15 +32,17 @@ class Rewrite:
         self._options = options
         self._background = background
         self._watch = watch
+        self._warned: set[str] = set()
 
     async def request(self, flow: http.HTTPFlow) -> None:
         engine = self._options.engine
         if engine is None or flow.response or flow.error or not flow.live or flow.is_replay == "request":
             return
         meta = metadata.of(flow)
-        adapter = engine.adapter_for(meta.host if meta else flow.request.pretty_host,
-                                     flow.request.method, flow.request.path)
+        host = meta.host if meta else flow.request.pretty_host
+        adapter = engine.adapter_for(host, flow.request.method, flow.request.path)
         if adapter is None:
+            self._warn_unlisted(flow, engine, host)
             return
         original = (flow.request.raw_content, flow.request.headers.copy(), flow.request.url, flow.server_conn)
         try:
@@ -49,6 +53,25 @@ class Rewrite:
             flow.request.raw_content, flow.request.headers, flow.request.url, flow.server_conn = original
             if (meta := metadata.of(flow)) is not None:
                 meta.held = None
+
+    def _warn_unlisted(self, flow: http.HTTPFlow, engine: Engine, host: str) -> None:
+        """Once per host: tools sent to a host ``hosts:`` does not list pass unprocessed, which
+        looks exactly like tool discovery working on nothing. Never fails the flow."""
+        try:
+            request = flow.request
+            unlisted = unlisted_host(engine.config, host, request.method, request.path, request.raw_content)
+            if unlisted is None or unlisted in self._warned or len(self._warned) >= WARNED_HOSTS_MAX:
+                return
+            self._warned.add(unlisted)
+            # In reverse mode with keep_host_header, or after map_remote, the flow goes elsewhere
+            # than the host the client asked for; ``hosts:`` is matched against the latter.
+            going = request.host.lower().rstrip(".")
+            via = f" (sent on to {going})" if going != unlisted else ""
+            log.warning("tool discovery: %s%s is not in hosts: requests with tools to it pass "
+                        "unprocessed; add it (or a preset) to hosts: in %s",
+                        unlisted, via, self._options.config_path)
+        except Exception:
+            log.debug("unlisted-host check failed", exc_info=True)
 
     async def _rewrite(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter) -> None:
         request = flow.request

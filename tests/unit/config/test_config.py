@@ -116,3 +116,33 @@ def test_other_pipes_are_ignored():
 def test_max_body_bytes():
     assert parse({}).max_body_bytes == 32 * 1024 * 1024  # Anthropic's request limit, the largest of the APIs
     assert parse({"max_body_bytes": 1 << 20}).max_body_bytes == 1 << 20
+
+
+def test_host_presets_expand_beside_host_names():
+    cfg = parse({"hosts": ["default", "openrouter", "ollama", "gw.example.com."]})
+    for host in ("api.anthropic.com", "bedrock-runtime.eu-west-1.amazonaws.com", "openrouter.ai",
+                 "localhost", "127.0.0.1", "::1", "gw.example.com"):
+        assert cfg.handles_host(host), host
+    assert not cfg.handles_host("api.groq.com")
+    assert cfg.hosts.count("localhost") == 1  # aliases of one preset add it once
+
+
+def test_host_presets_keep_glob_matching():
+    cfg = parse({"hosts": ["azure"]})
+    assert cfg.handles_host("my-res.openai.azure.com")
+    assert cfg.handles_host("x.services.ai.azure.com")
+    assert not cfg.handles_host("openai.azure.com.evil.example")
+
+
+def test_unknown_preset_names_the_nearest():
+    with pytest.raises(ConfigError, match=r"hosts: unknown preset 'openroutr'; did you mean 'openrouter'\?"):
+        parse({"hosts": ["default", "openroutr"]})
+    # a bare word is a preset, never a host: a dotless host name takes a trailing dot
+    with pytest.raises(ConfigError, match=r"did you mean 'local'\?.*localhost\.\)"):
+        parse({"hosts": ["localhost"]})
+    assert parse({"hosts": ["localhost."]}).handles_host("localhost")
+
+
+def test_default_preset_is_the_shipped_list():
+    shipped = load(ROOT / "configs" / "tool_discovery.yaml", env={})
+    assert parse({"hosts": ["default"]}).hosts == shipped.hosts == parse({}).hosts

@@ -95,3 +95,48 @@ async def test_a_replayed_or_answered_flow_is_left_alone(tmp_path):
         before = replay.request.content
         await chain.request(replay)
         assert replay.request.content == before
+
+
+async def test_unlisted_host_with_tools_warns_once_per_host(tmp_path, caplog):
+    chain = Chain()
+    with taddons.context(*chain.addons) as tctx:
+        path = relevance_config(tmp_path)
+        tctx.configure(chain.options, tool_discovery_config=path)
+        for host in ("api.example.com", "api.example.com", "other.example.com"):
+            f = flow(host=host)
+            before = f.request.content
+            chain.requestheaders(f)
+            await chain.request(f)
+            assert f.request.content == before
+        no_tools = flow(host="third.example.com", body=b'{"messages":[]}')
+        chain.requestheaders(no_tools)
+        await chain.request(no_tools)
+    lines = [r.getMessage() for r in caplog.records if "is not in hosts" in r.getMessage()]
+    assert lines == [
+        f"tool discovery: {h} is not in hosts: requests with tools to it pass unprocessed; "
+        f"add it (or a preset) to hosts: in {path}" for h in ("api.example.com", "other.example.com")]
+
+
+async def test_unlisted_host_warnings_are_bounded(tmp_path, caplog, monkeypatch):
+    from tooldisco.glue import rewrite
+    monkeypatch.setattr(rewrite, "WARNED_HOSTS_MAX", 2)
+    chain = Chain()
+    with taddons.context(*chain.addons) as tctx:
+        tctx.configure(chain.options, tool_discovery_config=relevance_config(tmp_path))
+        for i in range(4):
+            f = flow(host=f"h{i}.example.com")
+            chain.requestheaders(f)
+            await chain.request(f)
+    assert sum("is not in hosts" in r.getMessage() for r in caplog.records) == 2
+    assert len(chain.rewrite._warned) == 2
+
+
+async def test_unlisted_host_warning_names_where_the_flow_goes(tmp_path, caplog):
+    chain = Chain()
+    with taddons.context(*chain.addons) as tctx:
+        tctx.configure(chain.options, tool_discovery_config=relevance_config(tmp_path))
+        f = flow(host="proxy.example.com")
+        chain.requestheaders(f)
+        f.request.host = "upstream.example.com"  # map_remote, or reverse mode keeping the Host header
+        await chain.request(f)
+    assert "proxy.example.com (sent on to upstream.example.com) is not in hosts" in caplog.text
