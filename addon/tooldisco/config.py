@@ -80,6 +80,7 @@ HOST_PRESETS: dict[str, tuple[str, ...]] = {
     "mistral": ("api.mistral.ai",),
     "xai": ("api.x.ai",),
     "local": _LOCAL,
+    "localhost": _LOCAL,  # what configs wrote before presets existed keeps working
     "ollama": _LOCAL,
     "vllm": _LOCAL,
     "lmstudio": _LOCAL,

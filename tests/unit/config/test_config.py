@@ -138,9 +138,10 @@ def test_unknown_preset_names_the_nearest():
     with pytest.raises(ConfigError, match=r"hosts: unknown preset 'openroutr'; did you mean 'openrouter'\?"):
         parse({"hosts": ["default", "openroutr"]})
     # a bare word is a preset, never a host: a dotless host name takes a trailing dot
-    with pytest.raises(ConfigError, match=r"did you mean 'local'\?.*localhost\.\)"):
-        parse({"hosts": ["localhost"]})
-    assert parse({"hosts": ["localhost."]}).handles_host("localhost")
+    with pytest.raises(ConfigError, match=r"did you mean 'ollama'\?.*: olama\.\)"):
+        parse({"hosts": ["olama"]})
+    assert parse({"hosts": ["my-ollama."]}).handles_host("my-ollama")
+    assert parse({"hosts": ["localhost"]}).handles_host("127.0.0.1")  # an alias of local
 
 
 def test_default_preset_is_the_shipped_list():
