@@ -3,7 +3,7 @@ addon mitmdump (``tests/e2e/harness.py``) in front of a local upstream, sampling
 and printing a markdown table.
 
 The harness and psutil are imported where used, so a script that only needs percentiles and
-tables (``report_api.py``, ``bench_retrieval.py``) imports this without the test rig.
+tables (``bench_retrieval.py``) imports this without the test rig.
 
 Benchmarks compare the addon with plain mitmdump measured in the same run on the same machine,
 because absolute figures on a shared 2-core box say little; everything here serves that pairing.
@@ -24,15 +24,18 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "addon"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from tooldisco.core.stats import percentile
 
 if TYPE_CHECKING:
     from tests.e2e.harness import MitmDump
 
 MiB = 1 << 20
 SHIPPED_CONFIG = ROOT / "configs" / "tool_discovery.yaml"
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?)i?b?\s*$", re.I)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?)i?b?\s*$", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:
@@ -50,16 +53,6 @@ def mb(n: float) -> str:
 def signed_mb(n: float) -> str:
     """``+12 MB`` / ``-3 MB``: a change of RSS."""
     return f"{'-' if n < 0 else '+'}{abs(n) / MiB:.0f} MB"
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) by linear interpolation; NaN for no values."""
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def p50_p95(values: Sequence[float], scale: float = 1.0, digits: int = 1) -> str:
@@ -225,7 +218,7 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     def cell(v: Any) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
 
-    names = [h[:-1] if h.endswith(":") else h for h in header]
+    names = [h.removesuffix(":") for h in header]
     align = ["---:" if h.endswith(":") else "---" for h in header]
     lines = ["| " + " | ".join(cell(h) for h in names) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]

@@ -5,7 +5,7 @@
     tooldisco env AGENT                  # eval "$(tooldisco env claude-code)"
     tooldisco doctor [--config PATH]
     tooldisco demo                       # offline, no API key: one turn, before and after
-    tooldisco report FILE.jsonl [...]    # the report extra
+    tooldisco report FILE.jsonl [...]    # an HTML page (the report extra); --selector: api tables
     tooldisco wrap AGENT -- COMMAND...   # the agent through a proxy of its own, then what it did
 
 It runs the mitmproxy installed beside it (the same Python), so the addon finds its dependencies.
@@ -32,6 +32,7 @@ import yaml
 
 from tooldisco import demo
 from tooldisco.config import ConfigError, load_config
+from tooldisco.report import page, selector
 
 PACKAGE = Path(__file__).resolve().parent
 ADDON = PACKAGE / "script" / "tool_discovery.py"
@@ -237,17 +238,11 @@ def _run(ns: argparse.Namespace) -> int:
 
 
 def _report(ns: argparse.Namespace) -> int:
-    if gone := missing("report"):
-        print(f"tooldisco report: missing {', '.join(gone)}: pip install 'tooldisco[report]'", file=sys.stderr)
-        return 1
-    scripts = PACKAGE.parents[1] / "scripts"
-    if not (scripts / "report.py").is_file():
-        print("tooldisco report: needs a checkout (scripts/report.py)", file=sys.stderr)
-        return 1
-    sys.path.insert(0, str(scripts))
-    import report  # scripts/report.py, found on the path just set
-
-    return int(report.main(ns.args) or 0)
+    """The HTML page (it names the report extra when that is missing), or with ``--selector`` the
+    api strategy's Markdown tables, which need no extra."""
+    if ns.args[:1] == ["--selector"]:
+        return selector.main(ns.args[1:])
+    return page.main(ns.args)
 
 
 def _wait_for_port(proc: subprocess.Popen[bytes], port: int, ca: Path, timeout: float = 60.0) -> bool:
@@ -371,7 +366,8 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--confdir", type=Path, help="mitmproxy's confdir, where its CA is (default ~/.mitmproxy)")
     sub.add_parser("demo", help="one turn through the proxy to a fake model: offline, no API key")
     rep = sub.add_parser("report", help="an HTML report from telemetry files (the report extra)", add_help=False)
-    rep.add_argument("args", nargs=argparse.REMAINDER, help="scripts/report.py's arguments")
+    rep.add_argument("args", nargs=argparse.REMAINDER,
+                     help="FILE.jsonl... [-o report.html] [--since ...]; --selector first: the api strategy's tables")
     return p
 
 
@@ -384,8 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns, rest = p.parse_known_args(argv)
     if ns.command == "run":
         ns.args = rest
-    elif ns.command == "report":
-        ns.args = ns.args + rest
+    elif ns.command == "report":  # everything after the word, in its order, is the report's
+        ns.args = argv[argv.index("report") + 1:]
     elif ns.command == "wrap" and not rest:
         ns.command_args = tail
     elif rest:

@@ -92,7 +92,7 @@ def test_a_mitmproxy_without_the_dependencies_says_how_to_install_them(venv: Ven
 def test_the_wheel_carries_the_addon_and_the_configs(venv: Venv) -> None:
     names = set(zipfile.ZipFile(venv.wheel).namelist())
     assert {"tooldisco/script/tool_discovery.py", "tooldisco/cli.py", "tooldisco/configs/tool_discovery.yaml",
-            "tooldisco/configs/relevance.yaml"} <= names
+            "tooldisco/configs/relevance.yaml", "tooldisco/report/page.py", "tooldisco/report/selector.py"} <= names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "tooldisco = tooldisco.cli:main" in zipfile.ZipFile(venv.wheel).read(entry_points).decode()
 
@@ -140,3 +140,24 @@ def test_the_installed_demo_runs_without_an_sdk(venv: Venv, tmp_path: Path) -> N
                           cwd=tmp_path, env={**scrubbed_env(), "HOME": str(tmp_path)}, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "client: plain HTTP" in done.stdout and "search: the model asked" in done.stdout
+
+
+def test_the_installed_report_reads_the_installed_addons_telemetry(venv: Venv, tmp_path: Path) -> None:
+    """The report ships in the wheel: without its extra it says how to get it in one line, the
+    selector tables need none, and with the extra the page is written."""
+    log = tmp_path / "tool_discovery.jsonl"
+    log.write_text('{"ts": 1780000000.0, "strategy": "tool-search", "api": "anthropic", "tools_total": 60}\n')
+    tooldisco = str(venv.bin("tooldisco"))
+    bare = subprocess.run([tooldisco, "report", str(log)], capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert bare.returncode == 1 and "Traceback" not in bare.stderr, bare.stderr
+    assert "pip install 'tooldisco[report]'" in bare.stderr and len(bare.stderr.strip().splitlines()) == 1
+    tables = subprocess.run([tooldisco, "report", "--selector", str(log)], capture_output=True, text=True,
+                            cwd=tmp_path, check=False)
+    assert tables.returncode == 0 and "No api-strategy records found." in tables.stdout, tables.stderr
+    got = _pip(venv.bin("python"), "install", "--quiet", f"{venv.wheel}[report]")
+    if got.returncode != 0:
+        pytest.skip(f"the report extra did not install (no network?): {got.stderr.strip()[-300:]}")
+    page = subprocess.run([tooldisco, "report", str(log), "-o", str(tmp_path / "r.html"), "--quiet"],
+                          capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert page.returncode == 0, page.stderr
+    assert "1 record(s)" in page.stdout and "Tool discovery report" in (tmp_path / "r.html").read_text()

@@ -3,6 +3,7 @@ checks, and the paths it hands to mitmproxy."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -144,10 +145,19 @@ def test_run_refuses_a_config_whose_extra_is_missing(tmp_path, monkeypatch, caps
 
 
 def test_report_without_its_extra_is_one_line(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(cli, "missing", lambda extra: ["matplotlib"] if extra == "report" else [])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
     assert cli.main(["report", "x.jsonl"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == "tooldisco report: missing matplotlib: pip install 'tooldisco[report]'"
+    assert len(err.splitlines()) == 1 and "matplotlib" in err and "pip install 'tooldisco[report]'" in err
+
+
+def test_report_selector_needs_no_extra(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: pytest.fail(f"looked for {name}"))
+    log = tmp_path / "t.jsonl"
+    log.write_text("")
+    assert cli.main(["report", "--selector", str(log)]) == 0
+    assert "No api-strategy records found." in capsys.readouterr().out
 
 
 def test_the_console_script_runs_as_a_module() -> None:

@@ -1,4 +1,4 @@
-"""scripts/report.py: streaming aggregates, filters, the page and its PNGs, on records written
+"""The report page: streaming aggregates, filters, the page and its PNGs, on records written
 with the engine's own record types."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from tooldisco.engine.telemetry import Record, SearchRecord
+from tooldisco.report import page as report
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "scripts"))  # report.py imports report_api beside it
 
 
 def _load(name: str):
@@ -24,7 +24,6 @@ def _load(name: str):
     return module
 
 
-report = _load("report")
 bench = _load("report_bench")
 T0 = 1_780_000_000.0
 

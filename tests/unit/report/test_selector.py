@@ -1,33 +1,21 @@
-"""scripts/report_api.py on a synthetic telemetry log written with the real record types."""
+"""The selector report on a synthetic telemetry log written with the real record types."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from tooldisco.engine.telemetry import Record, SearchRecord
+from tooldisco.report import selector as report
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("report_api", ROOT / "scripts" / "report_api.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-report = _load_script()
 T0 = 1_780_000_000.0
 DEFERRED = [f"tool_{i}" for i in range(10)]
 
