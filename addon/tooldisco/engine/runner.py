@@ -145,6 +145,7 @@ class LoopRunner:
         record = ctx.record
         record.loops = loop.rounds
         record.dispatched, record.refused_calls = list(loop.dispatched), loop.refused
+        record.called = list(dict.fromkeys(c.name for c in ctx.adapter.calls(finish.message if seen is None else seen)))
         record.outcome = record.outcome or finish.reason
         if not ctx.persist:
             return

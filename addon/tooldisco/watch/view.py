@@ -46,7 +46,7 @@ class ToolsView(contentviews.Contentview):
         phantom = str(info.get("phantom") or rnd.get("phantom") or "")
         lines = _header(info, rnd)
         if metadata.http_message is flow.request:
-            lines += _request(adapter, data, info, phantom)
+            lines += _request(adapter, data, info, rnd, phantom)
         else:
             lines += _response(adapter, data, metadata.content_type, phantom, client=bool(info))
         return "\n".join(lines) + "\n"
@@ -64,18 +64,17 @@ def _header(info: dict[str, Any], rnd: dict[str, Any]) -> list[str]:
     record = info.get("record")
     if not isinstance(record, dict):
         return []
-    rows = [tools.Row.of(r) for r in info.get("tools") or []]
-    found = tools.counts(rows).get(tools.FOUND, len(summary.found_names(record)))
-    return summary.details(record, found, info.get("rounds") or []) + [""]
+    return summary.FlowSummary.of(record).details(info.get("rounds") or []) + [""]
 
 
-def _request(adapter: Adapter, data: bytes, info: dict[str, Any], phantom: str) -> list[str]:
+def _request(adapter: Adapter, data: bytes, info: dict[str, Any], rnd: dict[str, Any], phantom: str) -> list[str]:
     stored = info.get("tools")
     if stored:  # the client's flow: its own tools next to what went upstream
         rows = [tools.Row.of(r) for r in stored]
         return ["tools: what the client sent, and what went upstream (this body)", *tools.render(rows, True)]
     view = adapter.parse(data.decode("utf-8"))
-    return ["tools in this body (what the model saw)", *tools.render(tools.forwarded(view, phantom), False)]
+    rows = tools.forwarded(view, phantom, frozenset(rnd.get("found") or ()), rnd.get("dispatcher"))
+    return ["tools in this body (what the model saw)", *tools.render(rows, False)]
 
 
 def _response(adapter: Adapter, data: bytes, content_type: str | None, phantom: str, client: bool) -> list[str]:
