@@ -21,7 +21,7 @@ MAX_QUERY = 80  # characters of a search query shown in a one-line comment
 MAX_MATCHES = 4  # names shown per list in a one-line comment or log line
 CLASSIC, NATIVE, CALL_THROUGH = "classic", "native", "call-through"
 # Where a deferred tool is, in the words the per-tool table (``tools``) uses too.
-NATIVELY, BY_SEARCH, BY_CLIENT = "deferred natively", "deferred behind search", "deferred by the client"
+NATIVELY, BY_SEARCH, BY_CLIENT = "deferred natively", "deferred (search)", "deferred (client)"
 DEFERRED_HOW = {CLASSIC: BY_SEARCH, NATIVE: NATIVELY, CALL_THROUGH: BY_SEARCH, "": "dropped"}  # "": relevance
 
 
@@ -114,13 +114,14 @@ class FlowSummary:
         return f"tool tokens ~{self.tokens_sent:,} sent → ~{self.tokens_prompt:,} in the prompt{wire}"
 
     def lead(self) -> str:
-        """The figures that matter most, short enough for mitmweb's narrow Comment column."""
-        return f"{self.sent}→{self.loaded} tools {'−' if self.saved >= 0 else '+'}{_short(abs(self.saved))} tok"
+        """The figures that matter most, short enough for mitmweb's Comment column (150 px): tools
+        sent → loaded, prompt tokens saved."""
+        return f"{self.sent}→{self.loaded} {'−' if self.saved >= 0 else '+'}{_short(abs(self.saved))} tok"
 
     def comment(self, rounds: int) -> str:
-        """mitmweb's Comment column (about twenty characters show; the rest in the Comment tab):
-        the lead first, then mode, searches, calls, tokens, rounds, added time."""
-        parts = [self.lead(), self.how]
+        """mitmweb's Comment column (some fifteen characters show; the rest in the Comment tab):
+        the lead first, then mode, tools, searches, calls, tokens, rounds, added time."""
+        parts = [self.lead(), self.how, self.tools()]
         for s in self.searches:
             parts.append(f"search {_quote(s.query)} → {_names(s.hits) or 'nothing'}")
         if self.searches:
@@ -162,15 +163,15 @@ class FlowSummary:
         lines += self._trouble()
         if self.outcome:
             lines.append(f"outcome: {self.outcome}")
-        for i, s in enumerate(self.searches, 1):
-            note = f" ({s.fallback})" if s.fallback else ""
+        for i, s in enumerate(self.searches, 1):  # one name a line: the view is half the window wide
+            note = f", {s.fallback}" if s.fallback else ""
             error = f" error: {s.error}" if s.error else ""
-            lines.append(f"search {i}: {s.query!r} via {s.backend}{note}, {s.latency_ms:.1f} ms → "
-                         f"{', '.join(s.hits) or 'nothing'}{error}")
-        if self.called:
-            lines.append(f"called: {', '.join(self.called)}")
-        if round_ids:
-            lines.append(f"hidden upstream rounds (the proxy's own flows): {', '.join(round_ids)}")
+            lines.append(f"search {i}: {s.query!r} ({s.backend}{note}, {s.latency_ms:.1f} ms) → "
+                         f"{len(s.hits)} hits{error}")
+            lines += [f"  {name}" for name in s.hits]
+        lines += [f"called: {name}" for name in self.called]
+        if round_ids:  # they follow this flow in the list
+            lines.append(f"hidden rounds (the proxy's own flows, ⚙): {', '.join(r[:8] for r in round_ids)}")
         return lines
 
     def _trouble(self) -> list[str]:

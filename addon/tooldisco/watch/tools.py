@@ -21,7 +21,7 @@ from tooldisco.core.tokens import estimate_tokens
 from tooldisco.watch.summary import BY_CLIENT, BY_SEARCH, NATIVELY, NATIVE
 
 # A tool's state on this flow. In the model's prompt:
-LOADED, PINNED, EARLIER = "loaded", "loaded (pinned)", "loaded (found before)"
+LOADED, PINNED, EARLIER = "loaded", "pinned", "found before"
 # Not in the prompt (on the wire only under native deferral):
 NATIVE_DEFERRED, DEFERRED, CLIENT_DEFERRED, DROPPED = NATIVELY, BY_SEARCH, BY_CLIENT, "dropped"
 # Added by the proxy:
@@ -29,7 +29,7 @@ SEARCH_TOOL, DISPATCHER, SENT = "search tool", "dispatcher", "added"
 IN_PROMPT = frozenset({LOADED, PINNED, EARLIER, SEARCH_TOOL, DISPATCHER, SENT})
 HIDDEN = frozenset({NATIVE_DEFERRED, DEFERRED, DROPPED})  # what the proxy deferred
 FOUND, CALLED = "found", "called"  # this flow's searches found it; the model called it
-WIDTH = 22  # the status column: the longest status
+WIDTH = 17  # the status column: the longest status
 
 
 @dataclass(frozen=True)
@@ -118,29 +118,31 @@ def forwarded(view: RequestView, phantom: str, found: Collection[str] = (), disp
 
 
 def render(rows: Sequence[Row], compared: bool) -> list[str]:
-    """A fixed-width table; sizes are estimated tokens of each definition (4 characters a token)."""
+    """A fixed-width table narrow enough for half a 1,400 px window: status, estimated tokens of
+    each definition (4 characters a token), the name, and what this turn did with it."""
     if not rows:
         return ["no tools in this body"]
-    width = max(len(r.name) for r in rows)
     if compared:
-        head = f"{'status':<{WIDTH}} {'this turn':<13} {'client sent':>12} {'on the wire':>12} {'in prompt':>12}  name"
-        rule = "-" * (len(head) + width - 4)
-        lines = [head, rule]
+        head = f"{'status':<{WIDTH}} {'sent':>6} {'wire':>6} {'prompt':>6}  name"
+        lines = [head, "-" * 60]
         for r in rows:
-            lines.append(f"{r.status:<{WIDTH}} {r.turn:<13} {_size(r.client_tokens):>12} {_size(r.wire_tokens):>12} "
-                         f"{_size(r.prompt_tokens):>12}  {r.name}")
+            lines.append(f"{r.status:<{WIDTH}} {_size(r.client_tokens):>6} {_size(r.wire_tokens):>6} "
+                         f"{_size(r.prompt_tokens):>6}  {r.name}{_turn(r)}")
         sent = sum(r.client_tokens is not None for r in rows)
         wire = sum(r.wire_tokens is not None for r in rows)
         prompt = sum(r.prompt_tokens is not None for r in rows)
-        lines.append(rule)
-        lines.append(f"{'total':<{WIDTH}} {'':<13} {_total(rows, 'client_tokens'):>12} {_total(rows, 'wire_tokens'):>12} "
-                     f"{_total(rows, 'prompt_tokens'):>12}  "
-                     f"{sent} sent by the client, {wire} on the wire, {prompt} in the prompt")
+        lines.append("-" * 60)
+        lines.append(f"{'total':<{WIDTH}} {_total(rows, 'client_tokens'):>6} {_total(rows, 'wire_tokens'):>6} "
+                     f"{_total(rows, 'prompt_tokens'):>6}  tools: {sent} sent, {wire} on the wire, {prompt} in the prompt")
         return lines
-    head = f"{'status':<{WIDTH}} {'this turn':<13} {'size':>12}  name"
-    lines = [head, "-" * (len(head) + width - 4)]
-    lines += [f"{r.status:<{WIDTH}} {r.turn:<13} {_size(r.wire_tokens):>12}  {r.name}" for r in rows]
+    head = f"{'status':<{WIDTH}} {'tokens':>6}  name"
+    lines = [head, "-" * 60]
+    lines += [f"{r.status:<{WIDTH}} {_size(r.wire_tokens):>6}  {r.name}{_turn(r)}" for r in rows]
     return lines
+
+
+def _turn(r: Row) -> str:
+    return f"  ← {r.turn}" if r.turn else ""
 
 
 def counts(rows: Sequence[Row]) -> dict[str, int]:
@@ -168,7 +170,7 @@ def _pinned(t: Tool, view: RequestView, cfg: ToolDiscovery | None) -> bool:
 
 
 def _size(n: int | None) -> str:
-    return "-" if n is None else f"~{n:,} tok"
+    return "-" if n is None else f"{n:,}"
 
 
 def _total(rows: Sequence[Row], attr: str) -> str:

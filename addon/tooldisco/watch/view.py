@@ -71,7 +71,9 @@ def _request(adapter: Adapter, data: bytes, info: dict[str, Any], rnd: dict[str,
     stored = info.get("tools")
     if stored:  # the client's flow: its own tools next to what went upstream
         rows = [tools.Row.of(r) for r in stored]
-        return ["tools: what the client sent, and what went upstream (this body)", *tools.render(rows, True)]
+        return ["tools: what the client sent, and what went upstream (this body)",
+                "estimated tokens of each definition: sent by the client, on the wire, in the model's prompt",
+                *tools.render(rows, True)]
     view = adapter.parse(data.decode("utf-8"))
     rows = tools.forwarded(view, phantom, frozenset(rnd.get("found") or ()), rnd.get("dispatcher"))
     return ["tools in this body (what the model saw)", *tools.render(rows, False)]

@@ -98,7 +98,7 @@ async def test_nothing_changes_on_the_wire_with_the_view(tmp_path, caplog):
     plain, _, forwarded_plain, received_plain = await run(tmp_path, with_view=False)
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tool discovery: POST")]
     assert said == ["tool discovery: POST api.anthropic.com/v1/messages [anthropic] · 60 tools → 2 loaded, "
-                    "58 deferred behind search · classic · 1 search, 3 hits: mcp__slack__post_message, "
+                    "58 deferred (search) · classic · 1 search, 3 hits: mcp__slack__post_message, "
                     "mcp__slack__add_reaction, mcp__slack__list_channels · ~3,852 tok saved (tool tokens ~4,186 sent "
                     "→ ~334 in the prompt) · " + said[0].rpartition(" · ")[2]]  # mitmdump's line, even without a view
     assert "post slack message" not in said[0] and KEY not in said[0]  # no query text, no key
@@ -117,7 +117,7 @@ async def test_the_client_flow_says_what_the_addon_did(tmp_path):
     assert record["strategy"] == "tool-search" and record["searches"][0]["query"] == "post slack message"
     said = summary.FlowSummary.of(record)
     assert "mcp__slack__post_message" in said.found and said.mode == "classic"
-    assert f.comment.startswith(f"60→2 tools −{summary._short(said.saved)} tok · classic · ")
+    assert f.comment.startswith(f"60→2 −{summary._short(said.saved)} tok · classic · 60 tools → 2 loaded, 58 ")
     assert "search 'post slack message' → mcp__slack__post_message" in f.comment and "3 found" in f.comment
     assert "2 upstream rounds" in f.comment and f.marked == ":mag:"
     rows = [tools.Row.of(r) for r in info["tools"]]
