@@ -133,7 +133,7 @@ def test_mitmweb_shows_what_the_addon_did(web, fake, browser, tmp_path):
           "hidden from the client")
     screenshot(browser, tmp_path, "mitmweb_round.png")
     tab(browser, "Request")
-    page = shown(browser, "the proxy's own round 1 of 2 for client flow", "tools in this body (what the model saw)")
+    page = shown(browser, "the proxy's own round 1/2: the rewritten request", "for client flow", "tools in this body (what the model saw)")
     assert "deferred by the client" not in page
     assert "x-api-key: [redacted]" in page.lower() and "sk-ant-test" not in page  # the proxy's own flows show no key
 

@@ -181,11 +181,6 @@ class FlowSummary:
         return out
 
 
-def found_names(record: Mapping[str, Any]) -> list[str]:
-    """Tools this flow's searches loaded for the model, in the order they were found."""
-    return list(FlowSummary.of(record).found)
-
-
 def _short(n: int) -> str:
     """A count in at most four characters: 812, 3.7k, 15k, 1.2M."""
     sign, n = ("-" if n < 0 else ""), abs(n)

@@ -59,8 +59,8 @@ def _adapter(flow: http.HTTPFlow) -> Adapter | None:
 def _header(info: dict[str, Any], rnd: dict[str, Any]) -> list[str]:
     if rnd:
         cut = " (answer cut for the view)" if rnd.get("truncated") else ""
-        return [f"the proxy's own round {rnd.get('round')} of {rnd.get('rounds')} for client flow "
-                f"{rnd.get('client_flow')}: {rnd.get('kind')}{cut}", ""]
+        return [f"the proxy's own round {rnd.get('round')}/{rnd.get('rounds')}: {rnd.get('kind')}{cut}",
+                f"for client flow {rnd.get('client_flow')}", ""]
     record = info.get("record")
     if not isinstance(record, dict):
         return []
@@ -72,7 +72,7 @@ def _request(adapter: Adapter, data: bytes, info: dict[str, Any], rnd: dict[str,
     if stored:  # the client's flow: its own tools next to what went upstream
         rows = [tools.Row.of(r) for r in stored]
         return ["tools: what the client sent, and what went upstream (this body)",
-                "estimated tokens of each definition: sent by the client, on the wire, in the model's prompt",
+                "est. tokens of each: sent by the client / on the wire / in the prompt",
                 *tools.render(rows, True)]
     view = adapter.parse(data.decode("utf-8"))
     rows = tools.forwarded(view, phantom, frozenset(rnd.get("found") or ()), rnd.get("dispatcher"))
@@ -89,7 +89,7 @@ def _response(adapter: Adapter, data: bytes, content_type: str | None, phantom: 
     for call in calls:
         args = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False)
         args = args if len(args) <= MAX_ARGUMENTS else args[: MAX_ARGUMENTS - 1] + "…"
-        hidden = "   ← the proxy's search, answered by the proxy and hidden from the client" if call.name == phantom else ""
+        hidden = "   ← the proxy's search, hidden from the client" if call.name == phantom else ""
         lines.append(f"  {call.name} {args}{hidden}")
     return lines
 
