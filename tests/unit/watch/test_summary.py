@@ -10,7 +10,9 @@ from dataclasses import asdict
 import pytest
 
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+from tooldisco.apis.gemini.adapter import GeminiAdapter
 from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
+from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter
 from tooldisco.config import parse
 from tooldisco.engine.engine import Engine
 from tooldisco.engine.telemetry import Record, SearchRecord
@@ -48,6 +50,13 @@ CASES = {
                                      "messages": [{"role": "user", "content": "weather in Paris"}]}),
     "call-through": (OpenAIChatAdapter(), {"model": "gpt-4o", "tools": CHAT_TOOLS,
                                            "messages": [{"role": "user", "content": "weather in Paris"}]}),
+    # Responses' own search tool has no name; Gemini's declarations sit in one entry.
+    "native/responses": (OpenAIResponsesAdapter(), {"model": "gpt-5.4", "input": "weather in Paris", "tools": [
+        {"type": "function", "name": t["name"], "description": t["description"], "parameters": t["input_schema"]}
+        for t in TOOLS]}),
+    "call-through/gemini": (GeminiAdapter(), {"model": "gemini-2.5-pro", "tools": [{"functionDeclarations": [
+        {"name": t["name"], "description": t["description"], "parameters": t["input_schema"]} for t in TOOLS]}],
+        "contents": [{"role": "user", "parts": [{"text": "weather in Paris"}]}]}),
 }
 
 
@@ -59,6 +68,7 @@ def test_the_table_counts_what_the_record_says(engine, mode):
     record.searches.append(SearchRecord("weather", ["mcp__weather__get_forecast"], "bm25"))
     record.called = ["mcp__weather__get_forecast"]
     said = FlowSummary.of(asdict(record))
+    mode = mode.partition("/")[0]
     assert said.mode == mode and said.sent == 60 and said.loaded == 5  # the pinned github tools
     rows = tools.compare(adapter, text.decode(), prepared.body.decode(), prepared.context.phantom, said.found,
                          engine.config.tool_discovery, said.mode, said.called)
