@@ -331,7 +331,10 @@ class Planner:
         counted = (record.kept_tools, record.deferred_tools, record.tool_tokens_after, record.tool_tokens_wire)
         self._count(record, plan.kept, plan.deferred, extra=estimate_tokens(search))
         # The deferred definitions still go upstream (marked): on the wire, not in the prompt.
-        record.tool_tokens_wire = sum(estimate_tokens(t.raw) for t in classic.adapter.parse(body).tools)
+        try:
+            record.tool_tokens_wire = sum(estimate_tokens(t.raw) for t in classic.adapter.parse(body).tools)
+        except Exception:  # a count never fails the request: the definitions as the client sent them
+            record.tool_tokens_wire = record.tool_tokens_before + estimate_tokens(search)
 
         def fallback() -> FlowContext:  # refused: the record counts the classic request again
             record.kept_tools, record.deferred_tools, record.tool_tokens_after, record.tool_tokens_wire = counted

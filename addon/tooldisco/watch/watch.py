@@ -106,9 +106,13 @@ class Watcher:
         if watch is None:
             return
         record = asdict(watch.record)
-        said = summary.FlowSummary.of(record)
-        # INFO for a flow with tools: the line mitmdump prints by default; one without has nothing to say.
-        log.log(logging.INFO if said.sent else logging.DEBUG, "%s", said.line(watch.where))
+        try:
+            said = summary.FlowSummary.of(record)
+            # INFO for a flow with tools: the line mitmdump prints by default; one without has nothing to say.
+            log.log(logging.INFO if said.sent else logging.DEBUG, "%s", said.line(watch.where))
+        except Exception as e:  # observability never hurts traffic
+            log.debug("no summary of flow %s: %s", flow.id, e)
+            return
         view = self._view()
         if view is None or not watch.shown:
             return
