@@ -157,8 +157,8 @@ class FlowSummary:
             f"tool discovery · {self.api} · strategy {self.strategy} · {self.how} · session {self.session or '-'}",
             f"tools: {self.tools()}; this turn {len(self.found)} found, {len(self.called)} called",
             f"{self.tokens()} (~{self.saved:,} saved)",
-            f"processing {self.processing_ms:.1f} ms · {self.loops} re-forward(s), +{self.added_ms:.1f} ms added, "
-            f"upstream {self.upstream_ms:.1f} ms",
+            (f"processing {self.processing_ms:.1f} ms · {self.loops} re-forward(s), +{self.added_ms:.1f} ms added, "
+             f"upstream {self.upstream_ms:.1f} ms"),
         ]
         lines += self._trouble()
         if self.outcome:

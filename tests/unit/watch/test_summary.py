@@ -84,7 +84,7 @@ def test_the_table_counts_what_the_record_says(engine, mode):
     assert sum(r.prompt_tokens or 0 for r in rows) == said.tokens_prompt
     if mode == "native":  # deferred definitions go upstream marked: on the wire, out of the prompt
         assert said.tokens_wire > said.tokens_sent > said.tokens_prompt
-        assert "~{:,} on the wire".format(said.tokens_wire) in said.comment(2)
+        assert f"~{said.tokens_wire:,} on the wire" in said.comment(2)
     else:
         assert said.tokens_wire == said.tokens_prompt < said.tokens_sent
         assert "on the wire" not in said.comment(2)
