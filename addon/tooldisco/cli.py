@@ -265,10 +265,13 @@ def summary(records: Sequence[Mapping[str, object]]) -> list[str]:
         return ["tooldisco: no request was processed (none reached a host in the config's hosts:)"]
     before = sum(int(r.get("tool_tokens_before") or 0) for r in records)
     after = sum(int(r.get("tool_tokens_after") or 0) for r in records)
+    # Native deferral sends deferred definitions marked, out of the prompt: the wire holds more.
+    wire = sum(int(r.get("tool_tokens_wire") or r.get("tool_tokens_after") or 0) for r in records)
     searches = [s for r in records for s in (r.get("searches") or [])]  # type: ignore[union-attr]
     passed = sum(1 for r in records if r.get("fallback_reason"))
     lines = [f"tooldisco: {len(records)} requests processed; tool definitions ~{before} tokens sent by the agent, "
-             f"~{after} forwarded" + (f" ({100 * (before - after) // before}% fewer)" if before else ""),
+             f"~{after} in the model's prompt" + (f" ({100 * (before - after) // before}% fewer)" if before else "")
+             + (f", ~{wire} on the wire" if wire != after else ""),
              f"tooldisco: {len(searches)} searches answered by the proxy"
              + (f"; {passed} requests passed through unchanged (fallback_reason in the telemetry)" if passed else "")]
     lines += [f"  search {s.get('query')!r}: {', '.join(s.get('matched') or []) or 'nothing'}"  # type: ignore[union-attr]

@@ -10,6 +10,7 @@ Needs Debian's ``chromium`` and ``chromium-driver`` (scripts/test installs them)
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -110,29 +111,148 @@ def test_mitmweb_shows_what_the_addon_did(web, fake, browser, tmp_path):
     web.records(at_least=2)
     browser.get(web.web_url)
     WebDriverWait(browser, WAIT).until(
-        lambda d: len(rows(d, "tool discovery: tool-search")) == 2 and len(rows(d, "the proxy's own round")) == 4,
+        lambda d: len(rows(d, "60→0 −")) == 2 and len(rows(d, "the proxy's own")) == 4,
         "mitmweb never listed the two client flows and their four hidden rounds")
     listing = [r.text for r in browser.find_elements(By.CSS_SELECTOR, "tr.has-request")]
     # In order: each client flow, then its rounds (the JSON answer first, then the stream).
-    assert ["own round 1 of 2" in t for t in listing] == [False, True, False, False, True, False]
-    assert ["own round 2 of 2" in t for t in listing] == [False, False, True, False, False, True]
+    assert ["round 1/2:" in t for t in listing] == [False, True, False, False, True, False]
+    assert ["round 2/2:" in t for t in listing] == [False, False, True, False, False, True]
 
-    rows(browser, "tool discovery: tool-search")[1].click()  # the live stream's flow
-    page = shown(browser, "what the client sent, and what went upstream", "search 1: 'weather forecast' via")
-    assert "60 sent by the client" in page and "deferred" in page and "search tool" in page
-    assert any(line.startswith("found") and TARGET in line for line in page.splitlines())
+    rows(browser, "60→0 −")[1].click()  # the live stream's flow
+    page = shown(browser, "what the client sent, and what went upstream", "search 1: 'weather forecast' (bm25")
+    assert "tools: 60 sent, 1 on the wire, 1 in the prompt" in page and "deferred (search)" in page and "search tool" in page
+    assert any(line.startswith("deferred (search)") and line.endswith(f"{TARGET}  ← found, called")
+               for line in page.splitlines())
     screenshot(browser, tmp_path, "mitmweb_flow.png")
     tab(browser, "Comment")
-    shown(browser, "tool discovery: tool-search · 60 tools:", f"search 'weather forecast' → {TARGET}", "2 upstream rounds")
+    shown(browser, "60→0 −3.7k tok · classic · 60 tools → 0 loaded", f"search 'weather forecast' → {TARGET}", "2 upstream rounds")
 
-    rows(browser, "own round 1 of 2")[1].click()  # the stream's first round: the search call
+    rows(browser, "round 1/2:")[1].click()  # the stream's first round: the search call
     tab(browser, "Response")
     shown(browser, "tool calls in what the upstream answered:", f'{SEARCH_TOOL} {{"query": "weather forecast"}}',
           "hidden from the client")
     screenshot(browser, tmp_path, "mitmweb_round.png")
     tab(browser, "Request")
-    page = shown(browser, "the proxy's own round 1 of 2 for client flow", "tools in this body (what the model saw)")
+    page = shown(browser, "the proxy's own round 1/2: the rewritten request", "for client flow", "tools in this body (what the model saw)")
+    assert "deferred by the client" not in page
     assert "x-api-key: [redacted]" in page.lower() and "sk-ant-test" not in page  # the proxy's own flows show no key
+
+
+# One turn per deferral mode: the model searches, then calls the found tool.
+MODES = {
+    "classic": ("https://api.anthropic.com/v1/messages", "claude-x"),  # no native deferral for this model
+    "native": ("https://api.anthropic.com/v1/messages", "claude-sonnet-4-5"),  # the default for current Claude
+    "call-through": ("https://api.openai.com/v1/chat/completions", "gpt-4o"),  # Chat Completions' default
+}
+DEFERRED_AS = {"classic": "deferred (search)", "native": "deferred natively", "call-through": "deferred (search)"}
+LOADED = ("loaded", "pinned", "found before")
+TABLE_ROW = re.compile(r"^(loaded|pinned|found before|deferred natively|deferred \(search\)|deferred \(client\)|"
+                       r"dropped|search tool|dispatcher|added)\s+([\d,]+|-)\s+([\d,]+|-)\s+([\d,]+|-)\s+(\S+)"
+                       r"(?:  ← (found|called|found, called))?$")
+TOTAL_ROW = re.compile(r"^total\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s")
+# Where the comment's first characters end, against the Comment cell's visible box (ellipsis excluded).
+VISIBLE = """
+const [cell, chars] = arguments;
+const range = document.createRange();
+range.setStart(cell.firstChild, 0);
+range.setEnd(cell.firstChild, chars);
+const style = getComputedStyle(cell);
+const ctx = document.createElement("canvas").getContext("2d");
+ctx.font = style.font;
+const box = cell.getBoundingClientRect();
+return [range.getBoundingClientRect().right, box.right - parseFloat(style.paddingRight) - ctx.measureText("…").width,
+        cell.scrollWidth > cell.clientWidth];
+"""
+
+
+def ask_in(mode: str, proxy: MitmDump, fake) -> None:
+    url, model = MODES[mode]
+    question = f"What's the forecast for Paris? [{uuid.uuid4().hex[:8]}]"
+    fake.set_script([search("weather forecast", times=1, not_offered=[TARGET]), call(TARGET, {"city": "Paris"}),
+                     reply("sunny")])
+    tools = anthropic_tools(60)
+    if "chat" in url:
+        body = {"model": model, "messages": [{"role": "user", "content": question}],
+                "tools": [{"type": "function", "function": {"name": t["name"], "description": t["description"],
+                                                            "parameters": t["input_schema"]}} for t in tools]}
+        headers = {"authorization": "Bearer sk-test-web"}
+    else:
+        body = {"model": model, "max_tokens": 256, "tools": tools, "messages": [{"role": "user", "content": question}]}
+        headers = {"x-api-key": "sk-ant-test"}
+    with proxy.httpx_client() as client:
+        r = client.post(url, json=body, headers=headers)
+    assert r.status_code == 200 and SEARCH_TOOL not in r.text and TARGET in r.text
+
+
+def table(page: str) -> tuple[list[tuple[str, ...]], tuple[int, ...]]:
+    """The client flow's per-tool rows (status, sent, wire, prompt, name, this turn) and its totals."""
+    lines = page.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("tools: what the client sent"))
+    listed = [m.groups("") for line in lines[start + 3:] if (m := TABLE_ROW.match(line.strip()))]
+    total = next(TOTAL_ROW.match(line) for line in lines[start:] if line.startswith("total"))
+    assert total is not None
+    return listed, tuple(int(x.replace(",", "")) for x in total.groups())
+
+
+def tokens(text: str) -> int:
+    return 0 if text == "-" else int(text.replace(",", ""))
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_the_view_and_the_comment_say_what_telemetry_says(web, fake, browser, tmp_path, mode):
+    ask_in(mode, web, fake)
+    record = web.records(at_least=1)[-1]
+    assert record["deferral"] == mode
+    total, loaded, deferred = record["total_tools"], record["kept_tools"], record["deferred_tools"]
+    before, prompt, wire = record["tool_tokens_before"], record["tool_tokens_after"], record["tool_tokens_wire"]
+    found = list(dict.fromkeys(m for s in record["searches"] for m in s["matched"]))
+    assert TARGET in found and record["called"] == [TARGET] and total == 60 and loaded + deferred == total
+    assert (wire > before > prompt) if mode == "native" else (wire == prompt < before)
+    saved = before - prompt
+    lead = f"{total}→{loaded} −{saved / 1000:.1f}k tok"
+
+    browser.get(web.web_url)
+    WebDriverWait(browser, WAIT).until(lambda d: rows(d, lead) and rows(d, "round 2/2:"),
+                                       f"mitmweb never listed the {mode} flow and its rounds")
+    # The comment: the lead readable in the Comment column at 1400 px, the same figures after it.
+    cell = rows(browser, lead)[0].find_element(By.CSS_SELECTOR, "td.col-comment")
+    comment = cell.text
+    assert comment.startswith(f"{lead} · {mode} · {total} tools → {loaded} loaded, {deferred} {DEFERRED_AS[mode]} · "
+                              f"search 'weather forecast' → ")
+    for part in (f"{len(found)} found", f"called {TARGET}", f"tool tokens ~{before:,} sent → ~{prompt:,} in the prompt",
+                 "2 upstream rounds"):
+        assert part in comment
+    assert (f"~{wire:,} on the wire" in comment) == (mode == "native")
+    end, visible, cut = browser.execute_script(VISIBLE, cell, len(lead))
+    assert end <= visible, f"the comment's lead {lead!r} is cut in mitmweb's Comment column ({end} > {visible})"
+    assert cut  # the rest is in the Comment tab
+
+    rows(browser, lead)[0].click()
+    page = shown(browser, "what the client sent, and what went upstream", "search 1: 'weather forecast' (bm25")
+    screenshot(browser, tmp_path, f"mitmweb_{mode}.png")
+    how = DEFERRED_AS[mode]
+    assert f"tools: {total} tools → {loaded} loaded, {deferred} {how}; this turn {len(found)} found, 1 called" in page
+    assert f"tool tokens ~{before:,} sent → ~{prompt:,} in the prompt" in page and f"(~{saved:,} saved)" in page
+    assert f"called: {TARGET}" in page
+    listed, totals = table(page)
+    status = {row[4]: row[0] for row in listed}
+    assert len(listed) == total + (2 if mode == "call-through" else 1)  # the client's tools, then the proxy's
+    assert sum(s in LOADED for s in status.values()) == loaded
+    assert list(status.values()).count(how) == deferred and "kept" not in status.values()
+    assert status[SEARCH_TOOL] == "search tool" and (status.get("gateway_call_tool") == "dispatcher") == (mode == "call-through")
+    assert [row[4] for row in listed if "found" in row[5]] == found
+    assert [row[4] for row in listed if "called" in row[5]] == [TARGET]
+    assert totals == (before, wire, prompt)  # the view's sums are the record's
+    assert sum(tokens(row[3]) for row in listed) == prompt and sum(tokens(row[2]) for row in listed) == wire
+    assert sum(tokens(row[1]) for row in listed) == before
+    tab(browser, "Comment")
+    assert comment in shown(browser, comment)
+
+    rows(browser, "round 1/2:")[0].click()  # the proxy's first round: what the model saw
+    tab(browser, "Request")
+    page = shown(browser, "tools in this body (what the model saw)")
+    assert "deferred by the client" not in page and "kept" not in page
+    assert sum(line.startswith(how) for line in page.splitlines()) == (deferred if mode == "native" else 0)
 
 
 def test_the_report_renders_with_its_plots(browser, tmp_path):

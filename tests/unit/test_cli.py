@@ -210,7 +210,10 @@ def test_summary_of_a_run() -> None:
          "searches": [{"query": "weather", "matched": ["get_forecast"]}]},
         {"tool_tokens_before": 1000, "tool_tokens_after": 1000, "fallback_reason": "unsupported"},
     ])
-    assert lines[0] == "tooldisco: 2 requests processed; tool definitions ~2000 tokens sent by the agent, ~1100 forwarded (45% fewer)"
+    assert lines[0] == ("tooldisco: 2 requests processed; tool definitions ~2000 tokens sent by the agent, "
+                        "~1100 in the model's prompt (45% fewer)")
+    native = cli.summary([{"tool_tokens_before": 1000, "tool_tokens_after": 100, "tool_tokens_wire": 1100}])
+    assert native[0].endswith("~100 in the model's prompt (90% fewer), ~1100 on the wire")
     assert "1 searches" in lines[1] and "1 requests passed through unchanged" in lines[1]
     assert lines[2] == "  search 'weather': get_forecast"
 

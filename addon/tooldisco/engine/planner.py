@@ -123,8 +123,9 @@ class Planner:
         record.stream = view.stream
         record.total_tools = len(view.tools)
         before = sum(estimate_tokens(t.raw) for t in view.tools)
-        record.tool_tokens_before = record.tool_tokens_after = before
-        record.kept_tools = len(view.tools)
+        record.tool_tokens_before = record.tool_tokens_after = record.tool_tokens_wire = before
+        record.client_deferred = sum(t.pinned == "client_deferred" for t in view.tools)
+        record.kept_tools = len(view.tools) - record.client_deferred
         session = self._session(view, headers, query)
         record.session = session.key[:12]
         forwarded = text
@@ -326,9 +327,21 @@ class Planner:
         description = deferral.phantom_description(plan.deferred, self._backend(), td.max_search_results)
         search = natives.native_search_tool(td.search_tool_name, description)
         body = natives.native_tools(text, [t.name for t in plan.deferred], search)
-        self._count(classic.record, plan.kept, plan.deferred, extra=estimate_tokens(search))
+        record = classic.record
+        counted = (record.kept_tools, record.deferred_tools, record.tool_tokens_after, record.tool_tokens_wire)
+        self._count(record, plan.kept, plan.deferred, extra=estimate_tokens(search))
+        # The deferred definitions still go upstream (marked): on the wire, not in the prompt.
+        try:
+            record.tool_tokens_wire = sum(estimate_tokens(t.raw) for t in classic.adapter.parse(body).tools)
+        except Exception:  # a count never fails the request: the definitions as the client sent them
+            record.tool_tokens_wire = record.tool_tokens_before + estimate_tokens(search)
+
+        def fallback() -> FlowContext:  # refused: the record counts the classic request again
+            record.kept_tools, record.deferred_tools, record.tool_tokens_after, record.tool_tokens_wire = counted
+            return classic
+
         name = natives.native_search(td.search_tool_name)
-        mode: NativeMode[FlowContext] = NativeMode(classic.adapter, name, model, fallback=lambda: classic)
+        mode: NativeMode[FlowContext] = NativeMode(classic.adapter, name, model, fallback=fallback)
         return replace(classic, body=body, mode=mode, catalog={t.name: t for t in plan.deferred},
                        forwarded=[t.name for t in plan.kept] + [name])
 
@@ -371,7 +384,7 @@ class Planner:
     def _count(self, record: Record, kept: tuple[Tool, ...], deferred: tuple[Tool, ...], extra: int = 0) -> None:
         record.kept_tools = len(kept)
         record.deferred_tools = len(deferred)
-        record.tool_tokens_after = sum(estimate_tokens(t.raw) for t in kept) + extra
+        record.tool_tokens_after = record.tool_tokens_wire = sum(estimate_tokens(t.raw) for t in kept) + extra
 
 
 def _text(body: bytes) -> str:

@@ -27,7 +27,7 @@ from tooldisco.engine import rounds
 from tooldisco.engine.executor import run_store
 from tooldisco.engine.loop import Finish, PhantomLoop, Search, Send, has_content
 from tooldisco.engine.planner import FlowContext
-from tooldisco.apis.base import StreamDecoder
+from tooldisco.apis.base import Adapter, StreamDecoder
 from tooldisco.core.types import ToolResult
 from tooldisco.engine.searches import SearchService
 from tooldisco.state.base import SessionState, SessionStore
@@ -145,6 +145,7 @@ class LoopRunner:
         record = ctx.record
         record.loops = loop.rounds
         record.dispatched, record.refused_calls = list(loop.dispatched), loop.refused
+        record.called = _called(ctx.adapter, finish.message if seen is None else seen)
         record.outcome = record.outcome or finish.reason
         if not ctx.persist:
             return
@@ -448,3 +449,13 @@ def _dumps(value: Any) -> bytes:
 def _override(headers: list[tuple[str, str]], new: list[tuple[str, str]]) -> list[tuple[str, str]]:
     names = {k.lower() for k, _ in new}
     return [(k, v) for k, v in headers if k.lower() not in names] + new
+
+
+def _called(adapter: Adapter, message: dict[str, Any]) -> list[str]:
+    """The tools called in the answer the client got, each once, for the record: counting them
+    never fails the turn."""
+    try:
+        return list(dict.fromkeys(c.name for c in adapter.calls(message)))
+    except Exception as e:
+        logger.debug("calls of the answer not counted: {}", e)
+        return []

@@ -45,8 +45,12 @@ class Record:
     total_tools: int = 0
     kept_tools: int = 0
     deferred_tools: int = 0
-    tool_tokens_before: int = 0
-    tool_tokens_after: int = 0
+    tool_tokens_before: int = 0  # estimated tokens of the tool definitions the client sent
+    tool_tokens_after: int = 0  # of those the model reads in its prompt (first round)
+    # on the wire upstream (first round): more than ``tool_tokens_after`` under native deferral,
+    # whose deferred definitions go upstream but stay out of the prompt until a search loads them
+    tool_tokens_wire: int = 0
+    client_deferred: int = 0  # tools the client sent deferred itself (its own ``defer_loading``)
     processing_ms: float = 0.0
     fallback_reason: str | None = None
     stream: bool = False
@@ -61,6 +65,7 @@ class Record:
     deferral: str | None = None  # tool-search / api: "native" (loaded inline), "call-through" or "classic"
     dispatched: list[str] = field(default_factory=list)  # call-through: tools called through the dispatcher
     refused_calls: int = 0  # call-through: dispatcher calls naming no tool, answered with an error
+    called: list[str] = field(default_factory=list)  # tools the model called in the answer the client got
 
 
 class TelemetrySink:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Optional
+from urllib.parse import urlsplit
 
 from mitmproxy import contentviews, ctx, exceptions
 
-from tooldisco.config import ConfigError, load_config
+from tooldisco.config import Config, ConfigError, load_config
 from tooldisco.core import allocator
 from tooldisco.engine.engine import Engine
 from tooldisco.glue.background import Background
@@ -17,6 +19,37 @@ from tooldisco.watch.view import ToolsView
 # Inside the package: an installed wheel carries its configs (package data).
 DEFAULT_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "tool_discovery.yaml")
 log = logging.getLogger("tool_discovery")
+
+
+def startup(config: Config, path: str) -> str:
+    """The startup summary: whether it is on, the config file, strategy, deferral modes, search,
+    hosts, session store and telemetry file. Names no credential: a Redis or selector URL is
+    shown as its host and port only."""
+    td = config.tool_discovery
+    state = "on" if td.enabled else "off (set pipes.tool_discovery.enabled: true)"
+    parts = [f"tool discovery: {state}", f"config {path}", f"strategy {td.strategy.value}"]
+    if td.strategy.defers:
+        native = [api for api in ("anthropic", "responses", "bedrock") if getattr(td.native, api)]
+        modes = [f"native on {', '.join(native)} for the models in tool_discovery.native"] if native else []
+        modes += [f"call-through on {', '.join(td.defer.call_through)}"] if td.defer.call_through else []
+        parts.append("deferral " + "; ".join([*modes, "classic otherwise"]))
+        parts.append(f"search {'api at ' + _host(td.api.endpoint) if td.strategy.remote else td.search.backend}")
+    parts.append(f"hosts {', '.join(config.hosts)}")
+    store = config.sessions
+    parts.append(f"sessions redis at {_host(store.redis.url)}" if store.backend == "redis"
+                 else f"sessions {store.directory()}")
+    parts.append(f"telemetry {os.path.abspath(config.telemetry.path)}" if config.telemetry.enabled else "telemetry off")
+    return " · ".join(parts)
+
+
+def _host(url: str | None) -> str:
+    """Host and port of a URL, without the credentials or path it may hold."""
+    parts = urlsplit(url or "")
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.hostname or '?'}{port}"
 
 
 class Options:
@@ -51,9 +84,7 @@ class Options:
         self._close()
         self.engine = Engine(config)
         self.config_path = str(path)
-        td = config.tool_discovery
-        state = "on" if td.enabled else f"off (set pipes.tool_discovery.enabled: true in {path})"
-        log.info("tool discovery: %s, strategy %s, hosts %s", state, td.strategy.value, ", ".join(config.hosts))
+        log.info("%s", startup(config, str(path)))
 
     def done(self) -> None:
         self._close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Sequence
+from typing import Any, AsyncIterator, Sequence
 from urllib.parse import urlsplit
 
 from mitmproxy import connection, http
@@ -80,14 +80,16 @@ def capture(url: str, headers: Sequence[tuple[str, str]], body: bytes, started: 
 def kind(index: int, rnd: Round, client_body: bytes) -> str:
     """What a round was, in words."""
     if index == 0:
-        return "first round: the rewritten request"
+        return "the rewritten request"
     if rnd.body == client_body:
         return "the client's own request, resent (fail-open)"
-    return "re-forward with the search results and the found tools"
+    return "re-forward with search results"
 
 
-def to_flow(rnd: Round, client_flow: str, index: int, count: int, label: str, phantom: str) -> http.HTTPFlow:
-    """A finished round as a flow mitmweb and the console show like any other, marked as the proxy's own."""
+def to_flow(rnd: Round, client_flow: str, index: int, count: int, label: str, phantom: str,
+            extra: dict[str, Any] | None = None) -> http.HTTPFlow:
+    """A finished round as a flow mitmweb and the console show like any other, marked as the
+    proxy's own. ``extra``: what its view needs of the client's flow (its search hits, the dispatcher)."""
     parts = urlsplit(rnd.url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     client = connection.Client(peername=("127.0.0.1", 0), sockname=("127.0.0.1", 0), timestamp_start=rnd.started,
@@ -105,10 +107,11 @@ def to_flow(rnd: Round, client_flow: str, index: int, count: int, label: str, ph
     flow.response.timestamp_end = rnd.ended or flow.response.timestamp_start
     flow.live = False
     cut = f" (answer cut to {LIMIT:,} of {rnd.size:,} bytes)" if rnd.truncated else ""
-    flow.comment = f"tool discovery: the proxy's own round {index + 1} of {count} for flow {client_flow}: {label}{cut}"
+    # Short, the figures first: mitmweb's Comment column shows about twenty characters.
+    flow.comment = f"round {index + 1}/{count}: {label}{cut} · the proxy's own, for flow {client_flow}"
     flow.marked = MARK
     flow.metadata[ROUND_KEY] = {"client_flow": client_flow, "round": index + 1, "rounds": count, "kind": label,
-                                "phantom": phantom, "truncated": rnd.truncated}
+                                "phantom": phantom, "truncated": rnd.truncated, **(extra or {})}
     return flow
 
 

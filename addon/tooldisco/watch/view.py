@@ -46,7 +46,7 @@ class ToolsView(contentviews.Contentview):
         phantom = str(info.get("phantom") or rnd.get("phantom") or "")
         lines = _header(info, rnd)
         if metadata.http_message is flow.request:
-            lines += _request(adapter, data, info, phantom)
+            lines += _request(adapter, data, info, rnd, phantom)
         else:
             lines += _response(adapter, data, metadata.content_type, phantom, client=bool(info))
         return "\n".join(lines) + "\n"
@@ -59,23 +59,24 @@ def _adapter(flow: http.HTTPFlow) -> Adapter | None:
 def _header(info: dict[str, Any], rnd: dict[str, Any]) -> list[str]:
     if rnd:
         cut = " (answer cut for the view)" if rnd.get("truncated") else ""
-        return [f"the proxy's own round {rnd.get('round')} of {rnd.get('rounds')} for client flow "
-                f"{rnd.get('client_flow')}: {rnd.get('kind')}{cut}", ""]
+        return [f"the proxy's own round {rnd.get('round')}/{rnd.get('rounds')}: {rnd.get('kind')}{cut}",
+                f"for client flow {rnd.get('client_flow')}", ""]
     record = info.get("record")
     if not isinstance(record, dict):
         return []
-    rows = [tools.Row.of(r) for r in info.get("tools") or []]
-    found = tools.counts(rows).get(tools.FOUND, len(summary.found_names(record)))
-    return summary.details(record, found, info.get("rounds") or []) + [""]
+    return summary.FlowSummary.of(record).details(info.get("rounds") or []) + [""]
 
 
-def _request(adapter: Adapter, data: bytes, info: dict[str, Any], phantom: str) -> list[str]:
+def _request(adapter: Adapter, data: bytes, info: dict[str, Any], rnd: dict[str, Any], phantom: str) -> list[str]:
     stored = info.get("tools")
     if stored:  # the client's flow: its own tools next to what went upstream
         rows = [tools.Row.of(r) for r in stored]
-        return ["tools: what the client sent, and what went upstream (this body)", *tools.render(rows, True)]
+        return ["tools: what the client sent, and what went upstream (this body)",
+                "est. tokens of each: sent by the client / on the wire / in the prompt",
+                *tools.render(rows, True)]
     view = adapter.parse(data.decode("utf-8"))
-    return ["tools in this body (what the model saw)", *tools.render(tools.forwarded(view, phantom), False)]
+    rows = tools.forwarded(view, phantom, frozenset(rnd.get("found") or ()), rnd.get("dispatcher"))
+    return ["tools in this body (what the model saw)", *tools.render(rows, False)]
 
 
 def _response(adapter: Adapter, data: bytes, content_type: str | None, phantom: str, client: bool) -> list[str]:
@@ -88,7 +89,7 @@ def _response(adapter: Adapter, data: bytes, content_type: str | None, phantom: 
     for call in calls:
         args = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False)
         args = args if len(args) <= MAX_ARGUMENTS else args[: MAX_ARGUMENTS - 1] + "…"
-        hidden = "   ← the proxy's search, answered by the proxy and hidden from the client" if call.name == phantom else ""
+        hidden = "   ← the proxy's search, hidden from the client" if call.name == phantom else ""
         lines.append(f"  {call.name} {args}{hidden}")
     return lines
 

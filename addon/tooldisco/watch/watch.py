@@ -1,8 +1,9 @@
-"""Follows each processed flow while it runs, then shows what the addon did on it.
+"""Follows each processed flow while it runs, then says what the addon did on it.
 
-Why only with a view: mitmweb and the console keep a view of the flows (the ``view`` addon);
-mitmdump has none and shows nothing of this, so there the watcher does nothing and costs
-nothing. With a view, a processed flow gets, when it ends:
+Every processed flow, when it ends, gets one line in the log (mitmdump's output at its default
+verbosity): its ``summary.FlowSummary`` from the telemetry record, the same facts the file holds.
+mitmweb and the console keep a view of the flows (the ``view`` addon); mitmdump has none, so
+there the watcher keeps nothing else. With a view, a processed flow also gets:
 
 - a comment and ``flow.metadata["tool_discovery"]`` from its telemetry record (completed by
   then: the runner closes it before the last byte leaves, live streams included), and the
@@ -38,7 +39,9 @@ log = logging.getLogger("tool_discovery")
 class _Watch:
     record: Record
     adapter: Adapter
-    client_body: bytes  # decoded, as the client sent it
+    where: str  # the flow's method, host and path as the client asked (no query: it may hold a key)
+    shown: bool  # a view shows it: the bodies and rounds are kept for it
+    client_body: bytes  # decoded, as the client sent it (empty without a view)
     upstream_body: bytes | None  # as forwarded; None: the request went unchanged
     phantom: str
     rounds: list[rounds.Round] = field(default_factory=list)
@@ -59,10 +62,15 @@ class Watcher:
 
     def begin(self, flow: http.HTTPFlow, adapter: Adapter, client_body: bytes, upstream_body: bytes | None,
               record: Record | None, phantom: str) -> None:
-        """Follow ``flow``: the engine planned it and ``record`` will say what happened."""
-        if record is None or self._view() is None:
+        """Follow ``flow``: the engine planned it and ``record`` will say what happened. Without a
+        view only the record is kept, for the flow's log line."""
+        if record is None:
             return
-        self._flows[flow.id] = _Watch(record, adapter, client_body, upstream_body, phantom)
+        shown = self._view() is not None
+        request = flow.request
+        where = f"{request.method} {request.pretty_host}{request.path.partition('?')[0]}"
+        self._flows[flow.id] = _Watch(record, adapter, where, shown, client_body if shown else b"",
+                                      upstream_body if shown else None, phantom)
         while len(self._flows) > MAX_WATCHED:
             self._flows.pop(next(iter(self._flows)))
 
@@ -75,7 +83,7 @@ class Watcher:
         """``answer`` to one of the flow's upstream rounds, recorded as it is read when the flow is
         followed; ``whole``: its body when it is known already (a buffered answer)."""
         watch = self._flows.get(flow_id)
-        if watch is None:
+        if watch is None or not watch.shown:
             return answer
         rnd, answer = rounds.capture(url, headers, body, started, answer, whole)
         watch.rounds.append(rnd)
@@ -91,18 +99,31 @@ class Watcher:
         self.finish(flow)
 
     def finish(self, flow: http.HTTPFlow) -> None:
-        """Annotate an ended flow and show its rounds. Cheap and synchronous (the stream's last
-        bytes wait for the hooks); the per-tool table is made in a worker thread and lands a moment later."""
+        """Say what the addon did on an ended flow: its log line; with a view, its annotations and
+        rounds. Cheap and synchronous (the stream's last bytes wait for the hooks); the per-tool
+        table is made in a worker thread and lands a moment later."""
         watch = self._flows.pop(flow.id, None)
-        view = self._view()
-        if watch is None or view is None:
+        if watch is None:
             return
         record = asdict(watch.record)
+        try:
+            said = summary.FlowSummary.of(record)
+            # INFO for a flow with tools: the line mitmdump prints by default; one without has nothing to say.
+            log.log(logging.INFO if said.sent else logging.DEBUG, "%s", said.line(watch.where))
+        except Exception as e:  # observability never hurts traffic
+            log.debug("no summary of flow %s: %s", flow.id, e)
+            return
+        view = self._view()
+        if view is None or not watch.shown:
+            return
+        cfg = self._config()
+        extra = {"found": list(said.found), "dispatcher": cfg.call_tool_name if cfg is not None else None}
         shown: list[http.HTTPFlow] = []
         if len(watch.rounds) > 1:  # one round: the client's flow is the whole story
             for i, rnd in enumerate(watch.rounds):
                 label = rounds.kind(i, rnd, watch.client_body)
-                shown.append(rounds.to_flow(rnd, flow.id, i, len(watch.rounds), label, watch.phantom))
+                seen = extra if i else {**extra, "found": []}  # the first round went before any search
+                shown.append(rounds.to_flow(rnd, flow.id, i, len(watch.rounds), label, watch.phantom, seen))
         info = {"record": record, "phantom": watch.phantom, "rounds": [f.id for f in shown], "tools": []}
         flow.metadata[FLOW_KEY] = info
         _annotate(flow, info)
@@ -112,12 +133,12 @@ class Watcher:
         self._spawn(self._tabulate(flow, watch, info, view))
 
     async def _tabulate(self, flow: http.HTTPFlow, watch: _Watch, info: dict[str, Any], view: Any) -> None:
-        found = summary.found_names(info["record"])
+        said = summary.FlowSummary.of(info["record"])
         try:
             rows = await asyncio.to_thread(
                 tools.compare, watch.adapter, watch.client_body.decode("utf-8"),
                 watch.upstream_body.decode("utf-8") if watch.upstream_body is not None else None,
-                watch.phantom, found, self._config())
+                watch.phantom, said.found, self._config(), said.mode, said.called)
         except Exception as e:  # observability never hurts traffic: the flow keeps its comment
             log.debug("tool table of flow %s not made: %s", flow.id, e)
             return
@@ -137,9 +158,7 @@ class Watcher:
 
 def _annotate(flow: http.HTTPFlow, info: dict[str, Any]) -> None:
     record = info["record"]
-    rows = [tools.Row.of(r) for r in info["tools"]]
-    found = tools.counts(rows).get(tools.FOUND, 0) if rows else len(summary.found_names(record))
-    flow.comment = summary.comment(record, found, len(info["rounds"]))
+    flow.comment = summary.FlowSummary.of(record).comment(len(info["rounds"]))
     if record.get("searches"):
         flow.marked = SEARCHED
     elif record.get("fallback_reason", "") and str(record["fallback_reason"]).startswith(("rewrite_", "reforward_", "error")):

@@ -93,8 +93,15 @@ async def run(tmp_path, with_view: bool):
     return f, (view if with_view else None), forwarded, received
 
 
-async def test_nothing_changes_on_the_wire_with_the_view(tmp_path):
+async def test_nothing_changes_on_the_wire_with_the_view(tmp_path, caplog):
+    caplog.set_level("INFO", logger="tool_discovery")
     plain, _, forwarded_plain, received_plain = await run(tmp_path, with_view=False)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tool discovery: POST")]
+    assert said == ["tool discovery: POST api.anthropic.com/v1/messages [anthropic] · 60 tools → 2 loaded, "
+                    "58 deferred (search) · classic · 1 search, 3 hits: mcp__slack__post_message, "
+                    "mcp__slack__add_reaction, mcp__slack__list_channels · ~3,852 tok saved (tool tokens ~4,186 sent "
+                    "→ ~334 in the prompt) · " + said[0].rpartition(" · ")[2]]  # mitmdump's line, even without a view
+    assert "post slack message" not in said[0] and KEY not in said[0]  # no query text, no key
     watched, _, forwarded_watched, received_watched = await run(tmp_path, with_view=True)
     assert forwarded_plain == forwarded_watched  # what went upstream first
     assert [b for b, _ in received_plain] == [b for b, _ in received_watched]  # every re-forward
@@ -108,15 +115,18 @@ async def test_the_client_flow_says_what_the_addon_did(tmp_path):
     info = f.metadata[FLOW_KEY]
     record = info["record"]
     assert record["strategy"] == "tool-search" and record["searches"][0]["query"] == "post slack message"
-    found = summary.found_names(record)
-    assert "mcp__slack__post_message" in found
-    assert f.comment.startswith("tool discovery: tool-search · 60 tools: ")
-    assert "search 'post slack message' → mcp__slack__post_message" in f.comment
+    said = summary.FlowSummary.of(record)
+    assert "mcp__slack__post_message" in said.found and said.mode == "classic"
+    assert f.comment.startswith(f"60→2 −{summary._short(said.saved)} tok · classic · 60 tools → 2 loaded, 58 ")
+    assert "search 'post slack message' → mcp__slack__post_message" in f.comment and "3 found" in f.comment
     assert "2 upstream rounds" in f.comment and f.marked == ":mag:"
-    rows = {r[0]: r[1] for r in info["tools"]}
-    assert rows[SEARCH] == tools.SEARCH_TOOL and rows["mcp__slack__post_message"] == tools.FOUND
-    assert list(rows.values()).count(tools.KEPT) == record["kept_tools"]
-    assert list(rows.values()).count(tools.DEFERRED) + list(rows.values()).count(tools.FOUND) == record["deferred_tools"]
+    rows = [tools.Row.of(r) for r in info["tools"]]
+    status = {r.name: r.status for r in rows}
+    assert status[SEARCH] == tools.SEARCH_TOOL and status["mcp__slack__post_message"] == tools.DEFERRED
+    counts = tools.counts(rows)
+    assert counts[tools.LOADED] == record["kept_tools"] == 2 and counts[tools.DEFERRED] == record["deferred_tools"]
+    assert counts[tools.FOUND] == len(said.found) == 3
+    assert sum(r.prompt_tokens or 0 for r in rows) == record["tool_tokens_after"] == record["tool_tokens_wire"]
     shown = contentviews.prettify_message(f.request, f)
     assert shown.view_name == "Tool discovery"
     assert "what the client sent, and what went upstream" in shown.text and "search 1: 'post slack message'" in shown.text
@@ -132,7 +142,7 @@ async def test_each_round_is_a_flow_of_its_own_linked_and_redacted(tmp_path):
     assert f.metadata[FLOW_KEY]["rounds"] == [x.id for x in own]
     first, second = own
     assert all(x.metadata[rounds.ROUND_KEY]["client_flow"] == f.id and x.marked == rounds.MARK for x in own)
-    assert f.id in first.comment and "the proxy's own round 1 of 2" in first.comment
+    assert f.id in first.comment and first.comment.startswith("round 1/2: the rewritten request")
     assert first.request.content == forwarded and json.loads(first.response.content) == FIRST
     assert second.request.content == received[0][0] and json.loads(second.response.content) == FINAL
     assert received[0][1]["x-api-key"] == KEY  # the real re-forward carries the key...
@@ -140,7 +150,8 @@ async def test_each_round_is_a_flow_of_its_own_linked_and_redacted(tmp_path):
     view_text = contentviews.prettify_message(first.response, first).text
     assert f"{SEARCH} " in view_text and "hidden from the client" in view_text
     request_text = contentviews.prettify_message(second.request, second).text
-    assert "found" in request_text and "mcp__slack__post_message" in request_text
+    assert any(line.startswith("loaded") and "found" in line and "mcp__slack__post_message" in line
+               for line in request_text.splitlines())
 
 
 def test_a_stream_is_read_as_its_tool_calls():
