@@ -1,5 +1,6 @@
-# Sourced by scripts/run and scripts/test: find Python >= 3.12, make .venv, install.
-# Usage: ensure_venv EXTRAS   (e.g. "" or "dev,semantic")
+# Sourced by scripts/run and scripts/test: find Python >= 3.12, make the venv, install.
+# Usage: ensure_venv EXTRAS [MITMPROXY]   (e.g. "" or "dev,semantic"; "12.2.0" pins mitmproxy)
+# The venv is $VENV (default .venv).
 
 find_python() {
     local c v
@@ -24,8 +25,8 @@ find_python() {
 }
 
 ensure_venv() {
-    local extras="$1" py stamp want
-    if [ ! -x .venv/bin/python ]; then
+    local extras="$1" pin="${2:-}" venv="${VENV:-.venv}" py stamp want hash have
+    if [ ! -x "$venv/bin/python" ]; then
         if ! py=$(find_python); then
             cat >&2 <<'MSG'
 error: Python 3.12 or newer is required (mitmproxy 12 needs it) and none was found.
@@ -36,22 +37,30 @@ error: Python 3.12 or newer is required (mitmproxy 12 needs it) and none was fou
 MSG
             exit 1
         fi
-        echo "creating .venv with $py" >&2
-        "$py" -m venv .venv
+        echo "creating $venv with $py" >&2
+        "$py" -m venv "$venv"
     fi
-    # The stamp holds the pyproject hash and the extras installed; a run that needs no more
-    # than what is there installs nothing (scripts/run and scripts/test share .venv).
-    stamp=.venv/.tooldisco-installed
-    hash=$(sha256sum pyproject.toml | cut -c1-16)
+    # The stamp holds the pyproject hash, the mitmproxy pin and the extras installed; a run that
+    # needs no more than what is there installs nothing (scripts/run and scripts/test share .venv).
+    stamp="$venv/.tooldisco-installed"
+    hash="$(sha256sum pyproject.toml | cut -c1-16)${pin:+@$pin}"
     have=""
     if [ -f "$stamp" ] && [ "$(cut -d' ' -f1 "$stamp")" = "$hash" ]; then
         have=$(cut -s -d' ' -f2 "$stamp" | tr -d '[]')
     fi
     want=$(printf '%s\n' ${have//,/ } ${extras//,/ } | grep -v '^$' | sort -u | paste -sd, -)
     if [ ! -f "$stamp" ] || [ "$(cut -d' ' -f1 "$stamp")" != "$hash" ] || [ "$want" != "$have" ]; then
-        echo "installing dependencies into .venv (${want:-core})" >&2
-        .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
-        .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${want:+[$want]}" >&2
+        echo "installing dependencies into $venv (${want:-core}${pin:+, mitmproxy $pin})" >&2
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e ".${want:+[$want]}" \
+            ${pin:+"mitmproxy==$pin"} >&2
         echo "$hash $want" > "$stamp"
     fi
+}
+
+# The lowest mitmproxy release pyproject.toml admits (its ">=" bound, padded to x.y.z).
+lowest_mitmproxy() {
+    local v
+    v=$(grep -oE '"mitmproxy>=[0-9.]+' pyproject.toml | head -1 | cut -d= -f2)
+    case "$v" in *.*.*) echo "$v" ;; *.*) echo "$v.0" ;; *) echo "$v.0.0" ;; esac
 }

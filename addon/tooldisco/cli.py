@@ -7,6 +7,7 @@
     tooldisco demo                       # offline, no API key: one turn, before and after
     tooldisco report FILE.jsonl [...]    # an HTML page (the report extra); --selector: api tables
     tooldisco wrap AGENT -- COMMAND...   # the agent through a proxy of its own, then what it did
+    tooldisco forget [--key-env VAR | --all]  # wipe what a tenant's traffic taught the search
 
 It runs the mitmproxy installed beside it (the same Python), so the addon finds its dependencies.
 """
@@ -32,6 +33,8 @@ import yaml
 
 from tooldisco import demo
 from tooldisco.config import ConfigError, load_config
+from tooldisco.core.tenants import tenant_of
+from tooldisco.state.factory import open_store
 from tooldisco.report import page, selector
 
 PACKAGE = Path(__file__).resolve().parent
@@ -165,6 +168,47 @@ def doctor(config: str, confdir: Path, environ: Mapping[str, str]) -> tuple[list
         say(not gone, f"extra {extra!r} the config needs" + (
             f": missing {', '.join(gone)}: pip install 'tooldisco[{extra}]'" if gone else " is installed"))
     return out, problems
+
+
+def forget(config: str, key: str | None) -> tuple[str, int]:
+    """Wipe what the traffic of the tenant ``key`` stands for (an API key, as the agent sends
+    it) taught the search, or every tenant's (None), in the config's session store. The message
+    and the exit status."""
+    try:
+        cfg = load_config(config)
+    except (ConfigError, OSError, yaml.YAMLError) as e:
+        return f"tooldisco forget: {e}", 1
+    tenant = tenant_of({"x-api-key": key}, "") if key is not None else None
+    store = open_store(cfg.sessions)
+    try:
+        gone = store.forget(tenant)
+    finally:
+        store.close()
+    whose = "that tenant" if tenant is not None else f"{gone} tenant{'s' if gone != 1 else ''}"
+    where = cfg.sessions.redis.where() if cfg.sessions.backend == "redis" else str(cfg.sessions.directory())
+    if tenant is not None and not gone:
+        return f"nothing learned for that tenant in {where}", 0
+    return f"forgot what {whose} taught the search ({where}); a running proxy forgets it within " \
+           f"{cfg.tool_discovery.learning.refresh_interval:g} s", 0
+
+
+def _forget(ns: argparse.Namespace) -> int:
+    config = ns.config or os.environ.get("CONFIG") or str(DEFAULT_CONFIG)
+    if ns.all:
+        key = None
+    elif ns.key_env:
+        key = os.environ.get(ns.key_env, "").strip()
+        if not key:
+            print(f"tooldisco forget: ${ns.key_env} is not set", file=sys.stderr)
+            return 1
+    else:
+        key = sys.stdin.readline().strip()
+        if not key:
+            print("tooldisco forget: no key on standard input (or use --key-env VAR, or --all)", file=sys.stderr)
+            return 1
+    message, status = forget(config, key)
+    print(message, file=sys.stderr if status else sys.stdout)
+    return status
 
 
 def _tool(name: str) -> str:
@@ -368,6 +412,13 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--config", help=f"config file (default: $CONFIG or {DEFAULT_CONFIG})")
     w.add_argument("--confdir", type=Path, help="mitmproxy's confdir, where its CA is (default ~/.mitmproxy)")
     sub.add_parser("demo", help="one turn through the proxy to a fake model: offline, no API key")
+    f = sub.add_parser("forget", help="wipe what a tenant's traffic taught the search (the key on stdin)",
+                       description="The tenant is the API key its agents send; it is read from standard input "
+                                   "or an environment variable, never from the command line.")
+    f.add_argument("--config", help=f"config file (default: $CONFIG or {DEFAULT_CONFIG})")
+    who = f.add_mutually_exclusive_group()
+    who.add_argument("--key-env", metavar="VAR", help="the environment variable holding the key, e.g. ANTHROPIC_API_KEY")
+    who.add_argument("--all", action="store_true", help="every tenant")
     rep = sub.add_parser("report", help="an HTML report from telemetry files (the report extra)", add_help=False)
     rep.add_argument("args", nargs=argparse.REMAINDER,
                      help="FILE.jsonl... [-o report.html] [--since ...]; --selector first: the api strategy's tables")
@@ -406,6 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _wrap(ns)
     if ns.command == "demo":
         return demo.run(_tool("mitmdump"), ADDON)
+    if ns.command == "forget":
+        return _forget(ns)
     return _run(ns)
 
 

@@ -153,6 +153,18 @@ class SearchConfig:
     timeout: float = 2.0  # wall-clock budget of one search; past it the model reads an error
 
 
+@dataclass(frozen=True)
+class LearningConfig:
+    """Search that learns from the proxy's own traffic, per tenant (``search.priors``)."""
+
+    enabled: bool = True  # false: no learned priors rank anything, and nothing is learned
+    learn: bool = True  # false: the priors rank, but new turns teach nothing (frozen)
+    half_life_days: float = 14.0  # what was learned weighs half as much this many days later
+    max_bytes: int = 512 * 1024  # per tenant: past it, the tools with the least evidence are forgotten
+    flush_interval: float = 5.0  # lessons are gathered and written to the session store this often
+    refresh_interval: float = 10.0  # a tenant's priors are read again this often (other proxies' lessons)
+
+
 # Models whose API takes cache-preserving deferral (``defer_loading`` tools answered with
 # ``tool_reference`` blocks on Anthropic; a client-executed ``tool_search`` on Responses), per
 # the providers' tool-search docs: Claude Sonnet/Opus 4.5 and later and Haiku 4.5 and later
@@ -198,6 +210,7 @@ class ToolDiscovery:
     search: SearchConfig = SearchConfig()
     defer: DeferConfig = DeferConfig()
     native: NativeConfig = NativeConfig()
+    learning: LearningConfig = LearningConfig()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", Strategy(self.strategy))  # a name given in code is parsed too
@@ -471,6 +484,7 @@ def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
     search = s.section("search")
     defer = s.section("defer")
     native = s.section("native")
+    learning = s.section("learning")
     td = ToolDiscovery(
         enabled=s.boolean("enabled", d.enabled),
         strategy=strategy,
@@ -504,10 +518,19 @@ def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
             responses=_patterns(native, "responses", NativeConfig.responses),
             bedrock=_patterns(native, "bedrock", NativeConfig.bedrock),
         ),
+        learning=LearningConfig(
+            enabled=learning.boolean("enabled", LearningConfig.enabled),
+            learn=learning.boolean("learn", LearningConfig.learn),
+            half_life_days=learning.number("half_life_days", LearningConfig.half_life_days, lo=0.01),
+            max_bytes=learning.integer("max_bytes", LearningConfig.max_bytes, lo=4096, hi=64 * MiB),
+            flush_interval=learning.duration("flush_interval", LearningConfig.flush_interval),
+            refresh_interval=learning.duration("refresh_interval", LearningConfig.refresh_interval),
+        ),
     )
     search.done()
     defer.done()
     native.done()
+    learning.done()
     s.done()
     return td
 

@@ -9,8 +9,10 @@ byte-for-byte.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from tooldisco.core import jsonspan
@@ -41,6 +43,14 @@ class Tool:
     @property
     def definition(self) -> Any:
         return json.loads(self.raw)
+
+    @cached_property
+    def identity(self) -> str:
+        """The tool across requests, processes and proxies: a digest of what a search reads
+        (name, description, parameters), so a tool whose definition changes is a new one.
+        Unlike ``fingerprint`` it may be stored (learned priors are keyed by it)."""
+        text = json.dumps([self.name, self.description, self.params], ensure_ascii=True, separators=(",", ":"))
+        return hashlib.blake2b(text.encode(), digest_size=9).hexdigest()
 
     @property
     def search_text(self) -> str:

@@ -16,6 +16,7 @@ from loguru import logger
 
 from tooldisco.config import Config
 from tooldisco.engine.executor import FairExecutor, Overloaded, set_switch_interval
+from tooldisco.engine.learning import Learner
 from tooldisco.engine.planner import FlowContext, Planner, Prepared
 from tooldisco.apis.base import Adapter
 from tooldisco.core.types import RequestView
@@ -43,7 +44,9 @@ class Engine:
         self.ranker = scorer.search if scorer else None
         self.selector = SelectorClient(td.api)
         self.searches = SearchService(td, self.searcher, self.selector)
-        self.planner = Planner(config, self.store, self.telemetry, self.ranker, self.searches.warm, self._shadow)
+        self.learner = Learner(td.learning, self.store) if td.learning.enabled and td.strategy.defers else None
+        self.planner = Planner(config, self.store, self.telemetry, self.ranker, self.searches.warm, self._shadow,
+                               self.learner)
         p = config.planning
         self.pool = FairExecutor(p.workers, p.per_tenant, p.queue, p.wait)
         set_switch_interval(p.switch_interval)
@@ -77,7 +80,8 @@ class Engine:
             return Prepared(record=record)
 
     def runner(self, ctx: FlowContext) -> LoopRunner:
-        return LoopRunner(ctx, self.searches, self.store, self.telemetry, self.config.tool_discovery.max_phantom_loops)
+        return LoopRunner(ctx, self.searches, self.store, self.telemetry, self.config.tool_discovery.max_phantom_loops,
+                          self.learner)
 
     async def _shadow(self, view: RequestView, plan: deferral.DeferralPlan, record: Record) -> None:
         """api dark/shadow rollout: what the selector would have loaded, logged, traffic untouched.
@@ -108,5 +112,7 @@ class Engine:
 
     def close(self) -> None:
         self.pool.close()
+        if self.learner is not None:  # what the last turns taught, written before the store closes
+            self.learner.close()
         self.telemetry.close()
         self.store.close()

@@ -18,9 +18,11 @@ from loguru import logger
 from tooldisco.config import Config, Strategy
 from tooldisco.core import jsonspan
 from tooldisco.engine import rounds
+from tooldisco.engine.learning import Learner
 from tooldisco.apis.base import Adapter, CallThrough, NativeDeferral
 from tooldisco.core.types import RequestView, Tool, Unsupported
 from tooldisco.search.base import Catalog
+from tooldisco.search.priors import Priors
 from tooldisco.state.base import SessionState, SessionStore, session_key
 from tooldisco.policy import call_through, deferral, native, relevance
 from tooldisco.policy.modes import CallThroughMode, ClassicMode, DeferralMode, NativeMode, NoLoopMode
@@ -48,6 +50,9 @@ class FlowContext:
     record: Record
     stream: bool = False  # the client asked for a stream (Gemini's JSON-array stream included)
     rewritten: bool = True  # the forwarded body differs from the client's
+    priors: Priors | None = None  # the tenant's learned priors, which this request's searches rank with
+    # Every tool the client sent, by name, when learning is on: what a called tool is learned as.
+    offered: Mapping[str, Tool] = field(default_factory=dict)
 
     @property
     def phantom(self) -> str:
@@ -85,9 +90,11 @@ class _Session:
 class Planner:
     def __init__(self, config: Config, store: SessionStore, telemetry: TelemetrySink,
                  ranker: Ranker, warm: Callable[[Catalog], Awaitable[None]],
-                 shadow: Callable[[RequestView, deferral.DeferralPlan, Record], Awaitable[None]]) -> None:
+                 shadow: Callable[[RequestView, deferral.DeferralPlan, Record], Awaitable[None]],
+                 learner: Learner | None = None) -> None:
         self.config = config
         self.store = store
+        self.learner = learner
         self.telemetry = telemetry
         self.ranker = ranker
         self._warm = warm
@@ -232,10 +239,16 @@ class Planner:
 
         # The key a refusal of call-through is remembered by: the model, or the API (Gemini names it in the path).
         through_key = view.model or adapter.api
+        # Read before the session's transaction (a store read of its own); searches rank with them too.
+        priors = self.learner.priors(session.tenant) if self.learner is not None and session.persist else None
+        bonus = partial(priors.bonus, view.query, view.tools, relevance.W_LEARNED) if priors and td.defer.upfront else None
 
         def decide(s: SessionState) -> tuple[deferral.DeferralPlan, deferral.DeferralPlan | None, CallThrough | None]:
             through_here = through if through_key not in s.classic else None
-            plan = deferral.plan(view, td, s.upfront, () if through_here is not None else s.expanded, ranker)
+            # The session's first turn chooses what stays loaded, with what the tenant's traffic
+            # learned; later turns reuse that choice.
+            learned = bonus() if bonus is not None and not s.upfront else None
+            plan = deferral.plan(view, td, s.upfront, () if through_here is not None else s.expanded, ranker, learned)
             if plan.skipped or not applies:
                 return plan, None, None
             if not s.upfront:  # chosen once per session, never re-ranked (see deferral.plan)
@@ -263,6 +276,8 @@ class Planner:
             if natively is not None and natives is not None:
                 ctx = self._native(natives, natively, text, ctx, model)
         record.deferral = ctx.mode.name
+        if priors is not None:
+            ctx.priors, ctx.offered = priors, {t.name: t for t in view.tools}
         return Prepared(ctx.body.encode("utf-8"), ctx, self._warm_up(ctx.searchable))
 
     def _tools(self, adapter: Adapter, plan: deferral.DeferralPlan, text: str, added: list[str], record: Record

@@ -25,11 +25,13 @@ from tooldisco.core import jsonspan
 from tooldisco.core.answers import Answer, Head, Open, Reply, UpstreamFailed
 from tooldisco.engine import rounds
 from tooldisco.engine.executor import run_store
+from tooldisco.engine.learning import Learner
 from tooldisco.engine.loop import Finish, PhantomLoop, Search, Send, has_content
 from tooldisco.engine.planner import FlowContext
 from tooldisco.apis.base import Adapter, StreamDecoder
 from tooldisco.core.types import ToolResult
 from tooldisco.engine.searches import SearchService
+from tooldisco.search import priors
 from tooldisco.state.base import SessionState, SessionStore
 from tooldisco.policy import native
 from tooldisco.apis.base import Failure
@@ -47,8 +49,9 @@ class LoopRunner:
     """Drives one flow's phantom loop: rounds, searches, what the session keeps, its record."""
 
     def __init__(self, ctx: FlowContext, searches: SearchService, store: SessionStore, telemetry: TelemetrySink,
-                 max_loops: int) -> None:
+                 max_loops: int, learner: Learner | None = None) -> None:
         self.ctx = ctx
+        self.learner = learner
         self.searches = searches
         self.store = store
         self.telemetry = telemetry
@@ -149,6 +152,8 @@ class LoopRunner:
         record.outcome = record.outcome or finish.reason
         if not ctx.persist:
             return
+        if self.learner is not None and ctx.offered:
+            self._learn()
         expanded = list(loop.expanded)
         head = ctx.adapter.response_id(finish.message)
         pending = ctx.adapter.owed_results(ctx.body, loop.unanswered) if head and loop.unanswered else []
@@ -166,6 +171,16 @@ class LoopRunner:
                 self._keep_rounds(sent, last, shown_message, hidden)
 
         await run_store(write)
+
+    def _learn(self) -> None:
+        """What this turn teaches the tenant's search: its ranked searches, best first, and the
+        tools the model went on to call (as the client got the calls: call-through's by name)."""
+        ctx = self.ctx
+        try:
+            searches = [(r.query, r.matched) for r in ctx.record.searches if r.error is None]
+            self.learner.observe(ctx.tenant, priors.lesson(searches, ctx.record.called, ctx.offered))
+        except Exception as e:  # learning is a bonus: the turn is answered either way
+            logger.opt(exception=e).warning("could not learn from a turn")
 
     def _keep_rounds(self, sent: str, last: dict[str, Any], shown: dict[str, Any], hidden: list[ToolResult]) -> None:
         """The real rounds of a turn that re-forwarded, hid calls (``hidden``: a mixed

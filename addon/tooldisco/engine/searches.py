@@ -22,6 +22,7 @@ from tooldisco.engine.selector_client import FixedRanking, SelectorClient
 from tooldisco.engine.telemetry import SearchRecord
 from tooldisco.search.base import MAX_QUERY_CHARS, WARM_UP_QUERY, Catalog, Searcher
 from tooldisco.search.budget import run_query_async
+from tooldisco.search.factory import with_priors
 from tooldisco.search.phantom_query import LIST_ALL, SELECT_PREFIX
 
 if TYPE_CHECKING:
@@ -46,7 +47,9 @@ class SearchService:
         catalog = ctx.searchable
         record = SearchRecord(query=None, matched=[], backend=None, deferred=len(catalog))
         ctx.record.searches.append(record)
-        searcher: Searcher = self.searcher
+        # Every local answer ranks with what the tenant's traffic taught (the selector's are its own).
+        learned = with_priors(self.searcher, ctx.priors)
+        searcher: Searcher = learned
         query = plain_query(call.arguments)
         try:
             local = not td.strategy.remote
@@ -59,7 +62,7 @@ class SearchService:
                         return self._restore_all(ctx, call, record, sel.fallback, t0)
                     # Call-through loads nothing: the local search answers in the selector's stead.
                     local = bool(sel.fallback)
-                    searcher = self.searcher if local else FixedRanking(sel.names)
+                    searcher = learned if local else FixedRanking(sel.names)
                     if local:
                         ctx.record.fallback_reason = f"selector_{sel.fallback}_local_search"
             if local:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from tooldisco.config import ToolDiscovery
 from tooldisco.core.types import RequestView, Tool
@@ -87,6 +87,7 @@ def plan(
     upfront: Sequence[str] | None,
     expanded: Sequence[str],
     ranker: Ranker | None,
+    learned: Mapping[str, float] | None = None,
 ) -> DeferralPlan:
     """Kept, deferred and found tools for one request.
 
@@ -94,7 +95,8 @@ def plan(
     first planned turn's ``kept``), reused as it is: the model can search for whatever it
     lacks, so re-ranking it per turn would only change ``tools[]`` and break the prompt
     cache. Empty or None on the session's first turn, which chooses it: the must-keeps and the
-    ``defer.upfront`` most relevant. The caller records ``kept``'s names as the session's
+    ``defer.upfront`` most relevant (``learned``: the tenant's traffic's bonus by name, see
+    ``relevance.scores``). The caller records ``kept``'s names as the session's
     upfront set when it had none; native deferral (``policy.native``) keeps the same set
     loaded, so a session that falls back from native to classic forwards the same tools.
     """
@@ -114,7 +116,7 @@ def plan(
     elif d.upfront:
         upfront_view = RequestView(tools=tuple(rest), query=view.query, used=view.used, forced=view.forced)
         pinned = len(rest) - len(deferrable)
-        chosen = {t.name for t in select(upfront_view, cfg, pinned + d.upfront, ranker=ranker).kept}
+        chosen = {t.name for t in select(upfront_view, cfg, pinned + d.upfront, ranker=ranker, learned=learned).kept}
     else:
         chosen = set()
     kept = tuple(t for t in rest if t.name in chosen or must_keep(t, view, cfg))

@@ -22,6 +22,9 @@ from tooldisco.core.types import RequestView, Tool
 from tooldisco.core.tokens import estimate_tokens
 
 W_EXPANDED, W_ALWAYS, W_USED, W_NAME, W_TOKEN = 1000, 100, 100, 50, 10
+# What the tenant's traffic learned (``search.priors.Priors.bonus``), per part: how often the tool
+# was called, and how well the turn's words led to it before. Both full outweigh two shared words.
+W_LEARNED = 15
 # Prices relative to one uncached input token: what a change of tools[] costs per token
 # behind it. Anthropic's (writes 1.25, reads 0.1), the dearest: OpenAI and Gemini writes cost 1.0.
 CACHE_WRITE, CACHE_READ = 1.25, 0.1
@@ -81,10 +84,12 @@ def scores(
     cfg: ToolDiscovery,
     expanded: Sequence[str] = (),
     ranker: Ranker | None = None,
+    learned: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Tiered weights: found by a search (1000) outranks always_keep and used (100 each),
     which outrank the turn's ``evidence`` (with a ``ranker``, its rank order in place of the
-    shared words)."""
+    shared words) plus what the tenant's own traffic learned (``learned``: a bonus by name,
+    at most ``W_LEARNED`` × 2)."""
     query = view.query.lower()
     text_score: dict[str, float] = {}
     if ranker is not None and query.strip():
@@ -105,6 +110,8 @@ def scores(
             s += said[t.name]
         else:
             s += text_score.get(t.name, 0.0) + (W_NAME if len(t.name) > 2 and t.name.lower() in query else 0)
+        if learned:
+            s += learned.get(t.name, 0.0)
         out[t.name] = s
     return out
 
@@ -159,6 +166,7 @@ def select(
     expanded: Sequence[str] = (),
     ranker: Ranker | None = None,
     prompt_tokens: int = 0,
+    learned: Mapping[str, float] | None = None,
 ) -> Selection:
     """The tools to forward, and in what order.
 
@@ -172,7 +180,7 @@ def select(
     after it (a first turn chooses them too), a request sent again forwards the same list.
     """
     tools = view.tools
-    sc = scores(tools, view, cfg, expanded, ranker)
+    sc = scores(tools, view, cfg, expanded, ranker, learned)
     position = {t.name: i for i, t in enumerate(tools)}
     by_name = {t.name: t for t in tools}
     exp = set(expanded)

@@ -175,6 +175,9 @@ class Aggregate:
         self.strategies: dict[str, Group] = defaultdict(Group)
         self.search_ms: dict[str, Sample] = defaultdict(Sample)  # per backend
         self.searches_per_turn: dict[str, Counter[int]] = defaultdict(Counter)  # per strategy
+        # Did searches land: turns whose model called a tool after searching; of them, those whose
+        # first search returned it, and those that searched again and whose later search returned it.
+        self.landing: Counter[str] = Counter()
         self.fallbacks: dict[str, Counter[str]] = defaultdict(Counter)  # reason -> strategy -> count
         self.api = selector.Summary(reinjected=Sample(), reinjected_ok=Sample(), deferred=Sample(),  # type: ignore[arg-type]
                                       api_ms=Sample(), search_ms=Sample(), loop_added_ms=Sample(),
@@ -219,9 +222,22 @@ class Aggregate:
                 self.search_ms[str(s.get("backend"))].append(ms)
         if strategy in LOOP_STRATEGIES:
             self.searches_per_turn[strategy][min(len(searches), MAX_SEARCHES_SHOWN)] += 1
+            self._landing(searches, record.get("called"))
         if reason:
             self.fallbacks[self._reason(str(reason))][strategy] += 1
         selector.add(self.api, record)
+
+    def _landing(self, searches: list[dict[str, Any]], called: Any) -> None:
+        """Count whether a turn's searches found what its model then called (first or later)."""
+        called = {c for c in called if isinstance(c, str)} if isinstance(called, list) else set()
+        hits = [bool(called & {m for m in s.get("matched") or [] if isinstance(m, str)}) for s in searches]
+        if not hits or not called:
+            return
+        self.landing["turns"] += 1
+        self.landing["first"] += hits[0]
+        if len(hits) > 1 and not hits[0]:
+            self.landing["again"] += 1
+            self.landing["again_landed"] += any(hits[1:])
 
     def _reason(self, reason: str) -> str:
         """Reasons carry details (``unsupported: body is not UTF-8 …``): counted by their head,
@@ -396,6 +412,13 @@ def page(agg: Aggregate, images: dict[str, bytes], sources: Sequence[Path], filt
         parts.append(_group_table(groups))
         parts.append(f"<h3>{title}: latency (ms)</h3>")
         parts.append(_latency_table(groups))
+    if turns := agg.landing["turns"]:
+        again = agg.landing["again"]
+        parts.append("<h2>Did searches land</h2>")
+        parts.append(_table(["turns that searched, then called a tool", "first search returned it",
+                             "searched again after a miss", "a later search returned it"],
+                            [[f"{turns:,}", _pct(agg.landing["first"], turns), f"{again:,}",
+                              _pct(agg.landing["again_landed"], again) if again else "-"]]))
     parts.append("<h2>Search latency per backend (ms)</h2>")
     rows = [[b, f"{s.seen:,}", *_cells(s)] for b, s in sorted(agg.search_ms.items())]
     parts.append(_table(["backend", "searches", *(f"p{p}" for p in PERCENTILES)], rows))

@@ -12,6 +12,7 @@ from tooldisco.search.bm25_search import BM25Searcher
 from tooldisco.search.fuzzy_search import FuzzySearcher
 from tooldisco.search.hybrid_search import HybridSearcher
 from tooldisco.search.names import NamedFirst
+from tooldisco.search.priors import Learned, Priors
 from tooldisco.search.regex_search import RegexSearcher
 
 BACKENDS: tuple[str, ...] = SEARCH_BACKENDS
@@ -36,3 +37,11 @@ def _backend(backend: str, cache_dir: str | None) -> Searcher:
     if backend == "fuzzy":
         return FuzzySearcher()
     raise ValueError(f"unknown search backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+
+
+def with_priors(searcher: Searcher, priors: Priors | None) -> Searcher:
+    """``searcher`` (one ``make_searcher`` made) ranking with a tenant's learned priors; the
+    tools a query names still come first, above anything learned."""
+    if not priors or not isinstance(searcher, NamedFirst):
+        return searcher
+    return NamedFirst(Learned(searcher.inner, priors))

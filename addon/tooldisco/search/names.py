@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from rapidfuzz import fuzz, process
 
@@ -178,6 +178,16 @@ class NameIndex:
         name cost far more over a large catalog."""
         found = process.extract(query[:SUGGEST_CHARS].lower(), self.lowered, scorer=fuzz.ratio, limit=n)
         return [self.names[i] for _name, _score, i in found]
+
+    def servers(self, query: str, n: int = SUGGESTIONS) -> list[dict[str, Any]]:
+        """The ``n`` servers (name prefixes shared by several tools) nearest to ``query``'s
+        words, each with its tool count: a model whose words missed can search a server's name."""
+        if not self.groups:
+            return []
+        keys = list(self.groups)
+        spaced = [" ".join(k) for k in keys]
+        found = process.extract(" ".join(words(query[:SUGGEST_CHARS])), spaced, scorer=fuzz.token_set_ratio, limit=n)
+        return [{"server": self.group_names[keys[i]], "tools": len(self.groups[keys[i]])} for _s, _score, i in found]
 
 
 def _positions(names: Iterable[str]) -> dict[str, tuple[int, ...]]:

@@ -41,6 +41,7 @@ from tooldisco.core.types import Tool
 from tooldisco.search.base import QueryError, Searcher, check_query
 from tooldisco.search.brief import brief, definition
 from tooldisco.search.names import MAX_NAMED, name_index
+from tooldisco.search.tokens import terms
 
 LIST_ALL = "*"
 MAX_LISTED = 300  # names in one listing answer
@@ -110,17 +111,34 @@ def run_query(
         return SearchOutcome([], text, False, query, "search", ranking.backend, ranking.fallback)
     matched = _with_always_keep(hits, by_name, always_keep)
     more = ranking.names[len(hits) :]
-    text = _loaded_text(matched, by_name, more=more, group=ranking.group, through=through)
+    weak = not ranking.group and hits[0] in by_name and _weak(stripped, by_name[hits[0]])
+    servers = name_index(catalog).servers(stripped) if weak else []
+    text = _loaded_text(matched, by_name, more=more, group=ranking.group, through=through, servers=servers)
     return SearchOutcome(matched, text, False, query, "search", ranking.backend, ranking.fallback)
 
 
 def _nothing_found(query: str, catalog: Sequence[Tool]) -> str:
-    """No match: the nearest names, so the model can pick one rather than give up."""
-    nearest = name_index(catalog).suggest(query)
+    """No match: the nearest names and servers, so the model's next query lands rather than
+    the model giving up on a tool that exists."""
+    index = name_index(catalog)
+    nearest = index.suggest(query)
+    servers = index.servers(query)
     message = f"No tools matched {query!r}."
     if nearest:
         message += " The nearest names are listed: load one with 'select:NAME'."
-    return _json({"tools": [], "suggestions": nearest, "message": f"{message} {HINT}"})
+    if servers:
+        message += " A server's name as the query lists its tools."
+    result: dict[str, Any] = {"tools": [], "suggestions": nearest}
+    if servers:
+        result["servers"] = servers
+    return _json({**result, "message": f"{message} {HINT}"})
+
+
+def _weak(query: str, top: Tool) -> bool:
+    """Whether the best hit shares under a third of the query's words: likely not what was
+    meant, so the answer says so and offers the nearest servers."""
+    asked = set(terms(query))
+    return len(asked) >= 3 and len(asked & set(terms(top.search_text))) * 3 < len(asked)
 
 
 def _select(
@@ -200,6 +218,7 @@ def _loaded_text(
     group: str | None = None,
     note: str = "",
     through: str | None = None,
+    servers: Sequence[dict[str, Any]] = (),
 ) -> str:
     if through:
         message = (f"Call {'these tools' if len(matched) > 1 else 'this tool'} through {through}: "
@@ -222,6 +241,10 @@ def _loaded_text(
     if unknown:
         result["unknown"] = list(unknown)
         message += f" {note}"
+    if servers:
+        result["servers"] = list(servers)
+        message += (" The best match shares few of the query's words: if it is not what you need, search "
+                     "again with other words or a server's name (listed).")
     result["message"] = message
     return _json(result)
 

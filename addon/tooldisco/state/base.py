@@ -11,8 +11,9 @@ so a session written by one reads the same through the other; the codecs are def
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 MAX_NAMES = 10_000  # per session, in each of kept and expanded
 
@@ -85,6 +86,20 @@ class SessionStore(Protocol):
         """The real rounds behind a stitched message, their TTL extended on read."""
         ...
 
+    def learned(self, tenant: str) -> Any:
+        """The tenant's learned priors as stored (``search.priors.Knowledge``'s entry); None when
+        nothing is learned, or the store is unusable."""
+        ...
+
+    def learn(self, tenant: str, change: Callable[[Any], Any]) -> Any:
+        """Read, change and write the tenant's learned priors atomically; the entry written (None:
+        the store unusable, nothing kept). ``change`` may run more than once, like ``update``'s."""
+        ...
+
+    def forget(self, tenant: str | None) -> int:
+        """Wipe one tenant's learned priors, or every tenant's (None); how many entries went."""
+        ...
+
     def __len__(self) -> int:
         """Entries stored (for tests and scripts, not the request path)."""
         ...
@@ -126,6 +141,17 @@ def encode_state(state: SessionState) -> dict[str, Any]:
     """The stored entry of a state (plain JSON types: diskcache pickles it, Redis stores it as JSON)."""
     return {"expanded": state.expanded, "upfront": state.upfront, "classic": state.classic,
             "forwarded": state.forwarded}
+
+
+#: Learned priors outlive sessions: they decay with their own half-life, and an entry no proxy
+#: wrote for this long (a tenant gone) is removed by the store's expiry.
+LEARNED_TTL = 180 * 86400.0
+LEARNED_PREFIX = "learned:"
+
+
+def learned_key(tenant: str) -> str:
+    """Where a tenant's learned priors live: hashed again, like every key, so no tenant hash is a key."""
+    return LEARNED_PREFIX + hashlib.sha256(f"learned\0{tenant}".encode("utf-8", "replace")).hexdigest()[:32]
 
 
 def link_entry(session: str, pending: list[str], head: str | None) -> dict[str, Any]:

@@ -31,9 +31,10 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import diskcache
 from diskcache.core import DBNAME
@@ -41,6 +42,8 @@ from loguru import logger
 
 from tooldisco.core.private import private_cache
 from tooldisco.state.base import (
+    LEARNED_PREFIX,
+    LEARNED_TTL,
     Link,
     SessionState,
     alias_key,
@@ -48,10 +51,10 @@ from tooldisco.state.base import (
     decode_rounds,
     decode_state,
     encode_state,
+    learned_key,
     link_entry,
     rounds_key,
 )
-
 
 T = TypeVar("T")
 
@@ -147,6 +150,48 @@ class DiskSessionStore:
             return found
 
         return self._call(read, None)
+
+    def learned(self, tenant: str) -> Any:
+        return self._call(lambda cache: cache.get(learned_key(tenant)), None)
+
+    def learn(self, tenant: str, change: Callable[[Any], Any]) -> Any:
+        """Optimistic, like Redis's: ``change`` (a merge of a whole tenant's priors) runs outside
+        any transaction, since SQLite's write lock would stall every session update meanwhile;
+        the write then goes in only if no other writer came in between (a revision counter
+        says), else the merge runs again on what that writer left."""
+        key = learned_key(tenant)
+        rev_key = key + _REVISION
+
+        def attempt(cache: diskcache.Cache) -> Any:
+            rev = cache.get(rev_key, 0)  # read before the entry: a write in between shows as a new revision
+            entry = change(cache.get(key))
+            with cache.transact():
+                if cache.get(rev_key, 0) != rev:
+                    return _NONE
+                cache.set(key, entry, expire=LEARNED_TTL)
+                cache.set(rev_key, rev + 1, expire=LEARNED_TTL)
+            return entry
+
+        for _ in range(LEARN_ATTEMPTS):
+            entry = self._call(attempt, None)
+            if entry is not _NONE:
+                return entry
+        logger.warning("session store: lessons lost the race {} times in a row; dropped", LEARN_ATTEMPTS)
+        return None
+
+    def forget(self, tenant: str | None) -> int:
+        def wipe(cache: diskcache.Cache) -> int:
+            if tenant is not None:
+                keys = [learned_key(tenant), learned_key(tenant) + _REVISION]
+            else:
+                keys = [k for k in cache.iterkeys() if isinstance(k, str) and k.startswith(LEARNED_PREFIX)]
+            gone = 0
+            for k in keys:  # revision counters go too, but only entries are counted
+                if cache.delete(k) and not k.endswith(_REVISION):
+                    gone += 1
+            return gone
+
+        return self._call(wipe, 0)
 
     def _maybe_cleanup(self) -> None:
         now = time.monotonic()
@@ -289,6 +334,8 @@ class DiskSessionStore:
 # full, not a database), diskcache's lock timeout, and the file system's.
 _FAILURES = (sqlite3.Error, diskcache.Timeout, OSError)
 _NONE: Any = object()
+_REVISION = ":rev"  # beside a tenant's learned entry: how many writes it has had
+LEARN_ATTEMPTS = 5  # optimistic merges of one flush before its lessons are dropped
 
 
 def _corrupt(error: BaseException) -> bool:

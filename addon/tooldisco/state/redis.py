@@ -26,7 +26,8 @@ import random
 import re
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 from loguru import logger
@@ -35,6 +36,8 @@ from redis.retry import Retry
 
 from tooldisco.config import RedisSettings
 from tooldisco.state.base import (
+    LEARNED_PREFIX,
+    LEARNED_TTL,
     Link,
     SessionState,
     alias_key,
@@ -42,6 +45,7 @@ from tooldisco.state.base import (
     decode_rounds,
     decode_state,
     encode_state,
+    learned_key,
     link_entry,
     rounds_key,
 )
@@ -51,6 +55,7 @@ T = TypeVar("T")
 MAX_ATTEMPTS = 50  # optimistic tries of one update under contention before it is dropped
 _BACKOFF_S = (0.001, 0.05)  # after a lost race: a random pause, growing with each try up to the cap
 _NONE: Any = object()
+_SAME: Any = object()  # a transaction's step leaves the value as it is (its TTL is refreshed)
 
 
 class _Breaker:
@@ -117,16 +122,55 @@ class RedisSessionStore:
     def update(self, key: str, change: Callable[[SessionState], T]) -> T:
         """Read, change and write one session atomically (WATCH/MULTI/EXEC, retried when another
         writer came in between); ``change``'s result. ``change`` may run more than once."""
-        result: Any = _NONE
-        if self._breaker.allows():
-            try:
-                result = self._update(self._prefix + key, change)
-                self._breaker.succeeded()
-            except redis.RedisError as e:
-                self._breaker.failed(e)
+
+        def step(data: Any) -> tuple[Any, T]:
+            before, state = decode_state(data), decode_state(data)
+            result = change(state)
+            # A new session left unchanged stays unwritten; a changed one is written whole.
+            return (_SAME if state == before else encode_state(state)), result
+
+        result = self._call(lambda: self._transact(self._prefix + key, step, self._ttl_ms), _NONE)
         return change(SessionState()) if result is _NONE else result
 
-    def _update(self, skey: str, change: Callable[[SessionState], T]) -> T:
+    def learned(self, tenant: str) -> Any:
+        return self._call(lambda: _decode(self._redis.get(self._prefix + learned_key(tenant))), None)
+
+    def learn(self, tenant: str, change: Callable[[Any], Any]) -> Any:
+        """The tenant's priors read, changed and written atomically (like ``update``)."""
+
+        def step(data: Any) -> tuple[Any, Any]:
+            entry = change(data)
+            return entry, entry
+
+        return self._call(lambda: self._transact(self._prefix + learned_key(tenant), step,
+                                                    int(LEARNED_TTL * 1000)), None)
+
+    def forget(self, tenant: str | None) -> int:
+        if tenant is not None:
+            return int(self._call(lambda: self._redis.delete(self._prefix + learned_key(tenant)), 0))
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix + LEARNED_PREFIX) + "*"
+
+        def every() -> int:
+            keys = list(self._redis.scan_iter(match=pattern, count=1000))
+            return int(self._redis.delete(*keys)) if keys else 0
+
+        return self._call(every, 0)
+
+    def _call(self, op: Callable[[], T], blank: T) -> T:
+        """``op``'s result, or ``blank`` when Redis fails (or failed a moment ago)."""
+        if not self._breaker.allows():
+            return blank
+        try:
+            out = op()
+        except redis.RedisError as e:
+            self._breaker.failed(e)
+            return blank
+        self._breaker.succeeded()
+        return out
+
+    def _transact(self, skey: str, step: Callable[[Any], tuple[Any, T]], ttl_ms: int) -> T:
+        """WATCH ``skey``, read it, ``step`` it into (the value to write or ``_SAME``, a result),
+        write it in MULTI/EXEC with ``ttl_ms``; retried after a lost race, within the budget."""
         result: Any = _NONE
         deadline = time.monotonic() + self._budget
         tries = 0
@@ -137,14 +181,12 @@ class RedisSessionStore:
             with self._redis.pipeline() as pipe:
                 try:
                     pipe.watch(skey)
-                    data = _decode(pipe.get(skey))
-                    before, state = decode_state(data), decode_state(data)
-                    result = change(state)
+                    value, result = step(_decode(pipe.get(skey)))
                     pipe.multi()
-                    if state == before:
-                        pipe.pexpire(skey, self._ttl_ms)  # a new session left unchanged stays unwritten
+                    if value is _SAME:
+                        pipe.pexpire(skey, ttl_ms)
                     else:
-                        pipe.set(skey, _encode(encode_state(state)), px=self._ttl_ms)
+                        pipe.set(skey, _encode(value), px=ttl_ms)
                     pipe.execute()
                     return result
                 except redis.WatchError:
@@ -170,18 +212,6 @@ class RedisSessionStore:
         """The real rounds behind a stitched message, their TTL extended (GETEX: in the same call)."""
         key = self._prefix + rounds_key(tenant, session, digest)
         return decode_rounds(self._call(lambda: _decode(self._redis.getex(key, px=self._ttl_ms)), None))
-
-    def _call(self, op: Callable[[], T], blank: T) -> T:
-        """``op``'s result, or ``blank`` when Redis fails (or failed a moment ago)."""
-        if not self._breaker.allows():
-            return blank
-        try:
-            out = op()
-        except redis.RedisError as e:
-            self._breaker.failed(e)
-            return blank
-        self._breaker.succeeded()
-        return out
 
     def __len__(self) -> int:
         """Keys under the prefix (a scan: for tests and scripts, not the request path)."""

@@ -124,3 +124,19 @@ def test_without_the_report_extra_one_line_names_it(tmp_path, monkeypatch, capsy
     assert report.main([str(tmp_path / "t.jsonl"), "-o", str(tmp_path / "r.html")]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "matplotlib" in err and "pip install 'tooldisco[report]'" in err
+
+
+def test_it_counts_whether_searches_landed():
+    """First search returned the called tool; a miss then a landing search; a miss never mended;
+    a turn that called nothing (not counted)."""
+    agg = report.Aggregate()
+    turns = [
+        ([SearchRecord("a", ["x", "y"], "bm25")], ["x"]),
+        ([SearchRecord("b", ["q"], "bm25"), SearchRecord("x", ["x"], "bm25")], ["x"]),
+        ([SearchRecord("c", ["q"], "bm25"), SearchRecord("d", ["r"], "bm25")], ["x"]),
+        ([SearchRecord("e", ["x"], "bm25")], []),
+    ]
+    for searches, called in turns:
+        agg.line(line(Record("anthropic", "tool-search", searches=searches, called=called)), report.Filters())
+    assert dict(agg.landing) == {"turns": 3, "first": 1, "again": 2, "again_landed": 1}
+    assert "Did searches land" in report.page(agg, {}, [], report.Filters(), 3.0)

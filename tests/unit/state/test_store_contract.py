@@ -3,6 +3,7 @@ redis-server (``backend``). What only one store has is in state/test_disk.py,
 state/test_disk_failures.py and state/test_redis.py."""
 
 import copy
+import threading
 from dataclasses import fields
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 import redis
 from tooldisco.config import RedisSettings, parse
 from tooldisco.core.tenants import tenant_of
-from tooldisco.state.base import SessionState, SessionStore, session_key
+from tooldisco.state.base import LEARNED_TTL, SessionState, SessionStore, learned_key, session_key
 from tooldisco.state.disk import DiskSessionStore
 from tooldisco.state.factory import open_store
 from tooldisco.state.redis import RedisSessionStore
@@ -218,6 +219,63 @@ def test_kept_rounds_come_back_for_their_session_only(backend):
     assert store.rounds("tenant-a", "k", "d2") is None
 
 
+# --- learned priors, per tenant ----------------------------------------------------------------
+
+
+def _count(data):
+    return {"n": (data or {}).get("n", 0) + 1}
+
+
+def test_learned_priors_are_per_tenant_and_survive_a_new_store(backend):
+    store = backend.open()
+    assert store.learned("tenant-a") is None
+    assert store.learn("tenant-a", _count) == {"n": 1} and store.learn("tenant-a", _count) == {"n": 2}
+    store.learn("tenant-b", _count)
+    store.close()
+    again = backend.open()
+    assert again.learned("tenant-a") == {"n": 2} and again.learned("tenant-b") == {"n": 1}
+    assert again.learned("tenant-c") is None
+
+
+def test_concurrent_lessons_are_all_merged(backend):
+    """Several proxies (threads here) merging into one tenant's priors lose none."""
+    store = backend.open()
+    start = threading.Barrier(6)
+
+    def work() -> None:
+        start.wait()
+        for _ in range(10):
+            store.learn("t", _count)
+
+    pool = [threading.Thread(target=work) for _ in range(6)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert store.learned("t") == {"n": 60}
+
+
+def test_forget_wipes_one_tenant_or_all_and_leaves_sessions(backend):
+    store = backend.open()
+    for tenant in ("a", "b", "c"):
+        store.learn(tenant, _count)
+    store.update("k", lambda s: s.expand(["x"]))
+    assert store.forget("a") == 1 and store.forget("a") == 0
+    assert store.learned("a") is None and store.learned("b") == {"n": 1}
+    assert store.forget(None) == 2
+    assert store.learned("b") is None and store.learned("c") is None
+    assert store.get("k").expanded == ["x"]
+
+
+def test_learned_priors_expire_only_after_months_without_a_lesson(backend):
+    store = backend.open()
+    store.learn("t", _count)
+    key = learned_key("t")
+    assert backend.remaining(key) > 90 * 86400
+    backend.advance(LEARNED_TTL + 1)
+    assert store.learned("t") is None
+
+
 # --- the protocol, and failing open ------------------------------------------------------------
 
 
@@ -237,6 +295,7 @@ def test_a_store_that_cannot_be_used_reads_blank_and_writes_nothing(backend):
     assert store.linked("t", "resp") is None
     store.keep_rounds("t", "k", "d", ["r"])
     assert store.rounds("t", "k", "d") is None
+    assert store.learn("t", _count) is None and store.learned("t") is None and store.forget(None) == 0
     assert len(store) == 0
 
 
