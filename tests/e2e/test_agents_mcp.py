@@ -3,7 +3,8 @@
 The task needs one MCP tool (``cloud`` / ``get_secret``); the MCP server's answer carries a
 marker derived from the call, which the agent must print. The fake's model searches while the
 tool is not loaded — with the client's own search tool when the client defers its tools itself
-(Claude Code's ``ToolSearch``, Codex's client-executed ``tool_search``), else with the proxy's
+(Claude Code's ``ToolSearch``, Codex's client-executed ``tool_search``, Qwen Code's ``tool_search``
+function, whose finds it calls through its own ``tool_call``), else with the proxy's
 ``gateway_search_tools`` — then calls the tool and echoes its result. Each case runs twice:
 
 - ``plain``: mitmdump without the addon (going direct; proves the rig);
@@ -38,10 +39,10 @@ CONFIG = partial(addon_config, strategy="tool-search", search={"backend": "bm25"
                  defer={"upfront": 0})
 
 
-#: Agents whose next request gets the proxy's hidden search round restored: all three (Gemini CLI
-#: gives a ``functionCall`` that came without an ``id`` one of its own: the proxy compares calls
-#: without ids and carries the client's onto the restored turn).
-RESTORED = {"claude", "codex", "gemini"}
+#: Agents whose next request gets the proxy's hidden search round restored: every one the proxy
+#: defers for (Gemini CLI gives a ``functionCall`` that came without an ``id`` one of its own: the
+#: proxy compares calls without ids and carries the client's onto the restored turn).
+RESTORED = {"claude", "codex", "gemini", "opencode", "openai-agents"}
 
 
 def test_catalog_has_more_than_a_hundred_tools_on_several_servers() -> None:
@@ -70,7 +71,7 @@ def test_agent_calls_an_mcp_tool(
     print(out.report())  # shown with -rP: per request, tools[] bytes and prompt tokens / cached
     assert not out.run.timed_out and out.run.returncode == 0, out.report()
     assert case.marker in out.run.stdout, out.report()
-    called = [name for r in out.upstream for name in r.called()]
+    called = [name for r in out.upstream for name in case.called(r)]
     assert case.target in called, out.report()
     for r in out.upstream:  # never the proxy's search beside the client's own
         assert len(agents.search_tools(r.json)) <= 1, out.report()
@@ -140,6 +141,8 @@ def _offered(api: str, body: dict) -> list[str]:
             names += [d["name"] for d in tool.get("functionDeclarations") or []]
         elif tool.get("type") == "namespace":
             names += [f"{tool['name']}.{t['name']}" for t in tool.get("tools") or []]
+        elif isinstance(tool.get("function"), dict):  # Chat Completions
+            names.append(tool["function"].get("name"))
         elif "name" in tool:
             names.append(tool["name"])
     return names
