@@ -350,6 +350,9 @@ MCP_CASES = {
         # OpenCode: its built-in openai provider (Responses), and an openai-compatible one (Chat).
         McpCase("opencode-responses", "opencode", "openai-responses", f"{MCP_SERVER}_{MCP_TOOL}"),
         McpCase("opencode-chat", "opencode", "openai-chat", f"{MCP_SERVER}_{MCP_TOOL}"),
+        # ... whose model calls the tool it found and searches again in one step (call-through, as
+        # Gemini CLI's above, in Chat's grammar).
+        McpCase("opencode-chat-mixed", "opencode", "openai-chat", f"{MCP_SERVER}_{MCP_TOOL}", mixed="read a file"),
         # ... the same to gpt-5.4, which the proxy defers for natively.
         McpCase("opencode-responses-native", "opencode", "openai-responses", f"{MCP_SERVER}_{MCP_TOOL}",
                 model="gpt-5.4"),

@@ -125,12 +125,29 @@ def _check_mixed(out: McpRun) -> None:
     assert made.count(SEARCH_TOOL) == 2, out.report()
     step = [SEARCH_TOOL, DISPATCHER]
     mixed = next(r for r in out.upstream if r.reply and [c["name"] for c in r.reply["calls"]] == step)
-    contents = next(r for r in out.upstream if r.nth > mixed.nth).json["contents"]
-    i = next(i for i, c in enumerate(contents)
-             if [p["functionCall"]["name"] for p in c["parts"] if "functionCall" in p] == step)
-    answered = [p["functionResponse"] for p in contents[i + 1]["parts"]]
-    assert [a["name"] for a in answered] == step, out.report()
-    assert out.case.marker in json.dumps(answered[1]) and "read" in json.dumps(answered[0]), out.report()
+    answered = _answers(out.case.api, next(r for r in out.upstream if r.nth > mixed.nth).json, step)
+    assert [name for name, _ in answered] == step, out.report()
+    assert out.case.marker in answered[1][1] and "read" in answered[0][1], out.report()
+
+
+def _answers(api: str, body: dict, step: list[str]) -> list[tuple[str, str]]:
+    """The answers that follow the model's step calling ``step`` in ``body``'s history, in order,
+    as (tool name, answer as JSON text)."""
+    if api == "gemini":
+        contents = body["contents"]
+        i = next(i for i, c in enumerate(contents)
+                 if [p["functionCall"]["name"] for p in c["parts"] if "functionCall" in p] == step)
+        return [(p["functionResponse"]["name"], json.dumps(p["functionResponse"])) for p in contents[i + 1]["parts"]]
+    messages = body["messages"]  # Chat: the assistant message, then one tool message per call
+    i = next(i for i, m in enumerate(messages)
+             if [c["function"]["name"] for c in m.get("tool_calls") or []] == step)
+    names = {c["id"]: c["function"]["name"] for c in messages[i]["tool_calls"]}
+    answers = []
+    for m in messages[i + 1:]:
+        if m.get("role") != "tool":
+            break
+        answers.append((names.get(m.get("tool_call_id"), "?"), json.dumps(m.get("content"))))
+    return answers
 
 
 def _offered(api: str, body: dict) -> list[str]:
