@@ -47,7 +47,8 @@ def opencode(
 
     ``api`` "responses": its built-in ``openai`` provider (Responses); "chat": an
     ``@ai-sdk/openai-compatible`` provider whose ``baseURL`` is the real OpenAI host (Chat).
-    Models, updates, sharing and LSP downloads are off: they would reach other hosts."""
+    Models, updates, sharing and LSP downloads are off: they would reach other hosts; so is npm,
+    which it runs in the background to add its plugin package to each config directory."""
     _own_key(env, case)
     if api == "responses":
         ref = f"openai/{model}"
@@ -80,6 +81,7 @@ def opencode(
         OPENCODE_DISABLE_AUTOUPDATE="1",
         OPENCODE_DISABLE_SHARE="1",
         OPENCODE_DISABLE_LSP_DOWNLOAD="1",
+        npm_config_offline="true",
         XDG_CONFIG_HOME=str(home / ".config"),
         XDG_DATA_HOME=str(home / ".local" / "share"),
         XDG_CACHE_HOME=str(home / ".cache"),
