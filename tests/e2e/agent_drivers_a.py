@@ -111,8 +111,9 @@ def qwen(agents_bin: Path, case: str, prompt: str, home: Path, env: dict[str, st
 # --- OpenAI Agents SDK ------------------------------------------------------------------------
 
 AGENTS_SDK_SCRIPT = '''
-"""One Agents SDK run: an Agent with the MCP servers given as JSON, on Responses or Chat."""
-import asyncio, json, sys
+"""One Agents SDK run: an Agent with the MCP servers given as JSON, on Responses or Chat;
+AGENTS_SDK_CHAIN=1 chains each Responses turn to the last by previous_response_id."""
+import asyncio, json, os, sys
 from contextlib import AsyncExitStack
 
 from agents import Agent, OpenAIChatCompletionsModel, Runner
@@ -128,7 +129,8 @@ async def main(api: str, model_name: str, servers: dict, prompt: str) -> None:
                for name, s in servers.items()]
         model = model_name if api == "responses" else OpenAIChatCompletionsModel(model_name, AsyncOpenAI())
         agent = Agent(name="assistant", instructions="Use the tools to answer.", mcp_servers=mcp, model=model)
-        result = await Runner.run(agent, prompt, max_turns=8)
+        chain = os.environ.get("AGENTS_SDK_CHAIN") == "1"
+        result = await Runner.run(agent, prompt, max_turns=8, auto_previous_response_id=chain)
         print(result.final_output)
 
 

@@ -366,6 +366,9 @@ MCP_CASES = {
         McpCase("openai-agents-chat", "openai-agents", "openai-chat", MCP_TOOL),
         McpCase("openai-agents-responses-native", "openai-agents", "openai-responses", MCP_TOOL,
                 model="gpt-5.4"),
+        # ... and with the conversation kept by the API (each request chained by previous_response_id).
+        McpCase("openai-agents-responses-chained", "openai-agents", "openai-responses", MCP_TOOL,
+                env=(("AGENTS_SDK_CHAIN", "1"),)),
     )
 }
 

@@ -31,6 +31,7 @@ from tests.e2e.agents import MCP_CASES, PROXY_SEARCHES, AgentBinaries, McpRun
 from tests.e2e.harness import MitmDump, addon_config
 from tests.e2e.mcp_server import CATALOG, tools_for
 from tests.fakeprovider import DISPATCHER, SEARCH_TOOL, FakeProvider
+from tests.fakeprovider.providers.openai_responses import OpenAIResponses
 
 pytestmark = [pytest.mark.e2e, pytest.mark.agents]
 
@@ -84,7 +85,7 @@ def test_agent_calls_an_mcp_tool(
     if case.own_search is not None:
         _check_stays_out(out)
     elif proxy.name == "tool-search":
-        _check_defers(out)
+        _check_defers(out, fake)
         if case.mixed is not None:
             _check_mixed(out)
 
@@ -97,11 +98,12 @@ def _check_stays_out(out: McpRun) -> None:
     assert out.case.own_search is not None and out.case.own_search.name in called, out.report()
 
 
-def _check_defers(out: McpRun) -> None:
+def _check_defers(out: McpRun, fake: FakeProvider) -> None:
     """The client sent the tool in full; upstream got it deferred behind the proxy's search (classic,
     or native: ``defer_loading`` behind a tool the fake offers as ``tool_search``), the model
     searched, then the tool was loaded (in ``tools[]``, by reference, or by a tool search output)
-    and called, or (call-through) called through the dispatcher after the search showed it."""
+    and called, or (call-through) called through the dispatcher after the search showed it. A
+    request chained by ``previous_response_id`` continues the conversation the fake stored."""
     target = out.case.target
     assert any(target in _offered(out.case.api, c["json"]) for c in out.sent), "the client never sent the tool"
     first = next(r for r in out.upstream if set(PROXY_SEARCHES) & set(r.tool_names or []))
@@ -114,7 +116,13 @@ def _check_defers(out: McpRun) -> None:
     if out.case.agent in RESTORED:  # the next request continues the conversation the upstream really had
         after = out.upstream[-1]
         history = json.dumps(after.json.get("messages") or after.json.get("input") or after.json.get("contents"))
+        if after.json.get("previous_response_id"):  # the history before this request's input is the API's
+            history += json.dumps(_responses(fake).stored_items(after.json["previous_response_id"]))
         assert after.nth > calling.nth and (SEARCH_TOOL in history or '"tool_search_call"' in history), out.report()
+
+
+def _responses(fake: FakeProvider) -> OpenAIResponses:
+    return next(p for p in fake.providers if isinstance(p, OpenAIResponses))
 
 
 def _check_mixed(out: McpRun) -> None:
