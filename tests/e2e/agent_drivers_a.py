@@ -93,14 +93,19 @@ def opencode(
 # --- Qwen Code --------------------------------------------------------------------------------
 
 
-def qwen(agents_bin: Path, case: str, prompt: str, home: Path, env: dict[str, str]) -> list[str]:
+def qwen(
+    agents_bin: Path, case: str, prompt: str, home: Path, env: dict[str, str], *, tool_search: bool = True
+) -> list[str]:
     """Headless ``qwen`` on OpenAI Chat (its default base is DashScope: the base URL names the
-    real OpenAI host), the catalog's servers trusted, tools run without asking (``yolo``)."""
+    real OpenAI host), the catalog's servers trusted, tools run without asking (``yolo``).
+    Without ``tool_search`` its own deferral is off (``tools.toolSearch.enabled``): every MCP
+    tool goes out in full."""
     _own_key(env, case)
     settings = {
         "mcpServers": {n: {"command": s["command"], "args": s["args"], "trust": True} for n, s in _servers().items()},
         "privacy": {"usageStatisticsEnabled": False},
         "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+        "tools": {"toolSearch": {"enabled": tool_search}},
     }
     (home / ".qwen").mkdir(parents=True, exist_ok=True)
     (home / ".qwen" / "settings.json").write_text(json.dumps(settings, indent=1))

@@ -319,7 +319,8 @@ class McpCase:
         if self.agent == "opencode":
             return agent_drivers_a.opencode(bins.claude.parent, self.name, wire, self.model, MCP_PROMPT, home, env)
         if self.agent == "qwen":
-            return agent_drivers_a.qwen(bins.claude.parent, self.name, MCP_PROMPT, home, env)
+            return agent_drivers_a.qwen(bins.claude.parent, self.name, MCP_PROMPT, home, env,
+                                        tool_search=self.own_search is not None)
         return agent_drivers_a.openai_agents(self.name, wire, self.model, MCP_PROMPT, home, env)
 
 
@@ -361,6 +362,9 @@ MCP_CASES = {
         McpCase("qwen", "qwen", "openai-chat", f"mcp__{MCP_SERVER}__{MCP_TOOL}",
                 own_search=Call("tool_search", {"query": f"select:mcp__{MCP_SERVER}__{MCP_TOOL}"}),
                 own_call="tool_call"),
+        # ... and with its tool search off (tools.toolSearch.enabled), every MCP tool in full: the
+        # proxy defers (call-through).
+        McpCase("qwen-all-tools", "qwen", "openai-chat", f"mcp__{MCP_SERVER}__{MCP_TOOL}"),
         # The OpenAI Agents SDK (Python): MCPServerStdio servers, Responses by default, or Chat.
         McpCase("openai-agents-responses", "openai-agents", "openai-responses", MCP_TOOL),
         McpCase("openai-agents-chat", "openai-agents", "openai-chat", MCP_TOOL),

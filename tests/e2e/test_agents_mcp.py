@@ -43,7 +43,7 @@ CONFIG = partial(addon_config, strategy="tool-search", search={"backend": "bm25"
 #: Agents whose next request gets the proxy's hidden search round restored: every one the proxy
 #: defers for (Gemini CLI gives a ``functionCall`` that came without an ``id`` one of its own: the
 #: proxy compares calls without ids and carries the client's onto the restored turn).
-RESTORED = {"claude", "codex", "gemini", "opencode", "openai-agents"}
+RESTORED = {"claude", "codex", "gemini", "opencode", "qwen", "openai-agents"}
 
 
 def test_catalog_has_more_than_a_hundred_tools_on_several_servers() -> None:
