@@ -42,7 +42,8 @@ from tests.e2e.agents import MCP_CASES, McpRun  # noqa: E402
 from tests.fakeprovider import FakeProvider  # noqa: E402
 
 PATHS = {"direct": None, "addon": {}, "addon, 0 upfront": {"defer": {"upfront": 0}}}
-PRICE_OF_API = {"anthropic": "anthropic", "openai-responses": "responses", "gemini": "gemini"}
+PRICE_OF_API = {"anthropic": "anthropic", "openai-responses": "responses", "openai-chat": "chat",
+                "gemini": "gemini"}
 
 
 def prompt_tools(body: dict[str, Any]) -> list[Any]:

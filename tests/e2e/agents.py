@@ -1,5 +1,6 @@
-"""Helpers to install and drive the real agent CLIs (Claude Code, Codex CLI, Gemini CLI)
-headless through a :class:`~tests.e2e.harness.MitmDump`, each in a private home.
+"""Helpers to install and drive the real agent CLIs (Claude Code, Codex CLI, Gemini CLI; OpenCode,
+Qwen Code and the OpenAI Agents SDK through ``agent_drivers_a``) headless through a
+:class:`~tests.e2e.harness.MitmDump`, each in a private home.
 
 The CLIs come from ``scripts/install_agents`` (pinned npm packages in ``.agents/``). Each run
 has a timeout and kills its whole process group when it expires. ``CLIENT_RECORDER`` is a
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.e2e import agent_drivers_a
 from tests.e2e.harness import ADDON_PATH, REPO_ROOT, ConfigSpec, MitmDump, tail
 from tests.e2e.mcp_server import call_marker, mcp_config
 from tests.fakeprovider import SEARCH_TOOL, Call, FakeProvider, RecordedRequest, Rule, call, calls, reply
@@ -248,7 +250,7 @@ MCP_QUERY = "get a secret from the cloud secret manager"
 GEMINI_ROUTER = Rule(text='{"complexity_reasoning": "a simple lookup", "complexity_score": 5}',
                      contains="complexity_score")
 #: Search tools of the clients themselves, by name or by type: a request must never carry one beside ours.
-CLIENT_SEARCH_NAMES = frozenset({"ToolSearch"})
+CLIENT_SEARCH_NAMES = frozenset({"ToolSearch", "tool_search"})  # Claude Code's, Qwen Code's
 CLIENT_SEARCH_TYPE = "tool_search"  # Responses ``tool_search``, Anthropic ``tool_search_tool_*``
 #: How the fake's model calls the proxy's search: classic, or native on Responses (a client-executed ``tool_search``).
 PROXY_SEARCHES = (SEARCH_TOOL, TOOL_SEARCH)
@@ -260,16 +262,19 @@ class McpCase:
     when it defers its tools itself (``own_search``: the call the fake's model makes)."""
 
     name: str
-    agent: str  # claude | codex | gemini
+    agent: str  # claude | codex | gemini | opencode | qwen | openai-agents
     api: str  # the fake's API name for the model conversation
     target: str  # the MCP tool as the model calls it
     own_search: Call | None = None
     env: tuple[tuple[str, str], ...] = ()
-    model: str = "gpt-5"  # Codex only: the model in its config.toml
+    model: str = "gpt-5"  # Codex, OpenCode, the Agents SDK: the model they ask for
     extra_rules: tuple[Rule, ...] = ()
     #: A second search, made in the same step as the call of the tool the first one found (a
     #: mixed turn: the proxy cannot answer it before the client answers the call).
     mixed: str | None = None
+    #: The client's own dispatcher for the tools it defers (Qwen Code's ``tool_call``): the model
+    #: calls the tool it found through it, as ``{"name": target, "arguments": ...}``.
+    own_call: str | None = None
 
     @property
     def marker(self) -> str:
@@ -288,9 +293,17 @@ class McpCase:
             *own,
             *(call(name, {"query": MCP_QUERY}, times=1, not_offered=[self.target]) for name in PROXY_SEARCHES),
             *mixed,
-            call(self.target, MCP_ARGS),
+            call(self.own_call, {"name": self.target, "arguments": MCP_ARGS}) if self.own_call
+            else call(self.target, MCP_ARGS),
             reply("The secret manager says:", echo_last_result=True),
         ]
+
+    def called(self, request: RecordedRequest) -> list[str]:
+        """The tools the model called in its answer to ``request``, one through the client's own
+        dispatcher as the tool it names."""
+        made = (request.reply or {}).get("calls") or []
+        own = [c["arguments"].get("name") for c in made if self.own_call and c["name"] == self.own_call]
+        return request.called() + own
 
     def command(self, bins: AgentBinaries, home: Path, env: dict[str, str]) -> list[str]:
         env.update(self.env)
@@ -299,8 +312,16 @@ class McpCase:
         if self.agent == "codex":
             prepare_codex(bins, home, env, model=self.model, mcp=True)
             return codex_command(bins, MCP_PROMPT)
-        prepare_gemini(home, env, mcp=True)
-        return gemini_command(bins, MCP_PROMPT)
+        if self.agent == "gemini":
+            prepare_gemini(home, env, mcp=True)
+            return gemini_command(bins, MCP_PROMPT)
+        wire = "chat" if self.api == "openai-chat" else "responses"
+        if self.agent == "opencode":
+            return agent_drivers_a.opencode(bins.claude.parent, self.name, wire, self.model, MCP_PROMPT, home, env)
+        if self.agent == "qwen":
+            return agent_drivers_a.qwen(bins.claude.parent, self.name, MCP_PROMPT, home, env,
+                                        tool_search=self.own_search is not None)
+        return agent_drivers_a.openai_agents(self.name, wire, self.model, MCP_PROMPT, home, env)
 
 
 MCP_CASES = {
@@ -327,6 +348,31 @@ MCP_CASES = {
         # search is answered on the next request, beside the tool's result.
         McpCase("gemini-mixed", "gemini", "gemini", f"mcp_{MCP_SERVER}_{MCP_TOOL}", extra_rules=(GEMINI_ROUTER,),
                 mixed="read a file"),
+        # OpenCode: its built-in openai provider (Responses), and an openai-compatible one (Chat).
+        McpCase("opencode-responses", "opencode", "openai-responses", f"{MCP_SERVER}_{MCP_TOOL}"),
+        McpCase("opencode-chat", "opencode", "openai-chat", f"{MCP_SERVER}_{MCP_TOOL}"),
+        # ... whose model calls the tool it found and searches again in one step (call-through, as
+        # Gemini CLI's above, in Chat's grammar).
+        McpCase("opencode-chat-mixed", "opencode", "openai-chat", f"{MCP_SERVER}_{MCP_TOOL}", mixed="read a file"),
+        # ... the same to gpt-5.4, which the proxy defers for natively.
+        McpCase("opencode-responses-native", "opencode", "openai-responses", f"{MCP_SERVER}_{MCP_TOOL}",
+                model="gpt-5.4"),
+        # Qwen Code defers its MCP tools behind its own tool_search, and calls one it found through
+        # its own tool_call: the proxy stays out.
+        McpCase("qwen", "qwen", "openai-chat", f"mcp__{MCP_SERVER}__{MCP_TOOL}",
+                own_search=Call("tool_search", {"query": f"select:mcp__{MCP_SERVER}__{MCP_TOOL}"}),
+                own_call="tool_call"),
+        # ... and with its tool search off (tools.toolSearch.enabled), every MCP tool in full: the
+        # proxy defers (call-through).
+        McpCase("qwen-all-tools", "qwen", "openai-chat", f"mcp__{MCP_SERVER}__{MCP_TOOL}"),
+        # The OpenAI Agents SDK (Python): MCPServerStdio servers, Responses by default, or Chat.
+        McpCase("openai-agents-responses", "openai-agents", "openai-responses", MCP_TOOL),
+        McpCase("openai-agents-chat", "openai-agents", "openai-chat", MCP_TOOL),
+        McpCase("openai-agents-responses-native", "openai-agents", "openai-responses", MCP_TOOL,
+                model="gpt-5.4"),
+        # ... and with the conversation kept by the API (each request chained by previous_response_id).
+        McpCase("openai-agents-responses-chained", "openai-agents", "openai-responses", MCP_TOOL,
+                env=(("AGENTS_SDK_CHAIN", "1"),)),
     )
 }
 
@@ -382,7 +428,7 @@ def _api_of(url: str) -> str | None:
     """The fake's API name for a client request URL of the conversations here."""
     path = "/" + url.split("://", 1)[-1].split("/", 1)[-1]
     for prefix, api in (("/v1/messages", "anthropic"), ("/v1/responses", "openai-responses"),
-                        ("/v1beta/models/", "gemini")):
+                        ("/v1/chat/completions", "openai-chat"), ("/v1beta/models/", "gemini")):
         if path.startswith(prefix) and "count_tokens" not in path:
             return api
     return None
@@ -394,7 +440,8 @@ def search_tools(body: Any) -> list[str]:
     for tool in (body.get("tools") if isinstance(body, dict) else None) or []:
         if not isinstance(tool, dict):
             continue
-        for decl in tool.get("functionDeclarations") or [tool]:  # Gemini nests its functions
+        # Gemini nests its functions in declarations, Chat each in a "function"
+        for decl in tool.get("functionDeclarations") or [tool.get("function") or tool]:
             name, kind = decl.get("name"), str(decl.get("type") or "")
             if name == SEARCH_TOOL or name in CLIENT_SEARCH_NAMES or kind.startswith(CLIENT_SEARCH_TYPE):
                 found.append(str(name or kind))
