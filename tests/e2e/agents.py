@@ -1,5 +1,5 @@
-"""Helpers to install and drive the real agent CLIs (Claude Code, Codex CLI, Gemini CLI)
-headless through a :class:`~tests.e2e.harness.MitmDump`, each in a private home.
+"""Helpers to install and drive the real agent CLIs (Claude Code, Codex CLI, Gemini CLI; more
+in ``agent_drivers_b``) headless through a :class:`~tests.e2e.harness.MitmDump`, each in a private home.
 
 The CLIs come from ``scripts/install_agents`` (pinned npm packages in ``.agents/``). Each run
 has a timeout and kills its whole process group when it expires. ``CLIENT_RECORDER`` is a
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.harness import ADDON_PATH, REPO_ROOT, ConfigSpec, MitmDump, tail
+from tests.e2e.harness import ADDON_PATH, REPO_ROOT, TEST_KEYS, ConfigSpec, MitmDump, tail
 from tests.e2e.mcp_server import call_marker, mcp_config
 from tests.fakeprovider import SEARCH_TOOL, Call, FakeProvider, RecordedRequest, Rule, call, calls, reply
 from tests.fakeprovider.providers.openai_responses import TOOL_SEARCH
@@ -260,12 +260,12 @@ class McpCase:
     when it defers its tools itself (``own_search``: the call the fake's model makes)."""
 
     name: str
-    agent: str  # claude | codex | gemini
+    agent: str  # claude | codex | gemini, or one of agent_drivers_b.DRIVERS
     api: str  # the fake's API name for the model conversation
     target: str  # the MCP tool as the model calls it
     own_search: Call | None = None
     env: tuple[tuple[str, str], ...] = ()
-    model: str = "gpt-5"  # Codex only: the model in its config.toml
+    model: str = "gpt-5"  # the model the agent asks for (Claude Code and Gemini CLI: their default)
     extra_rules: tuple[Rule, ...] = ()
     #: A second search, made in the same step as the call of the tool the first one found (a
     #: mixed turn: the proxy cannot answer it before the client answers the call).
@@ -294,6 +294,10 @@ class McpCase:
 
     def command(self, bins: AgentBinaries, home: Path, env: dict[str, str]) -> list[str]:
         env.update(self.env)
+        from tests.e2e.agent_drivers_b import DRIVERS  # imports this module
+
+        if self.agent in DRIVERS:
+            return DRIVERS[self.agent](self, MCP_PROMPT, bins, home, env)
         if self.agent == "claude":
             return claude_command(bins, MCP_PROMPT, prepare_claude(home, env), allowed_tools=self.target)
         if self.agent == "codex":
@@ -327,6 +331,19 @@ MCP_CASES = {
         # search is answered on the next request, beside the tool's result.
         McpCase("gemini-mixed", "gemini", "gemini", f"mcp_{MCP_SERVER}_{MCP_TOOL}", extra_rules=(GEMINI_ROUTER,),
                 mixed="read a file"),
+        # Cline CLI (openai-native: Responses), MCP tools named <server>__<tool>.
+        McpCase("cline", "cline", "openai-responses", f"{MCP_SERVER}__{MCP_TOOL}"),
+        # Copilot CLI with its own OpenAI key, MCP tools named <server>-<tool>: on Chat Completions
+        # (call-through) and on Responses (classic with gpt-5).
+        McpCase("copilot-chat", "copilot", "openai-chat", f"{MCP_SERVER}-{MCP_TOOL}",
+                env=(("COPILOT_PROVIDER_WIRE_API", "completions"),)),
+        McpCase("copilot-responses", "copilot", "openai-responses", f"{MCP_SERVER}-{MCP_TOOL}",
+                env=(("COPILOT_PROVIDER_WIRE_API", "responses"),)),
+        # pi, whose MCP tools come from tests/e2e/pi_mcp_extension.ts: on Anthropic with a Claude
+        # 4.5 model (native deferral), on Responses with gpt-5 (classic) and gpt-5.4 (native, flat functions).
+        McpCase("pi-anthropic", "pi", "anthropic", f"mcp__{MCP_SERVER}__{MCP_TOOL}", model="claude-sonnet-4-5"),
+        McpCase("pi-responses", "pi", "openai-responses", f"mcp__{MCP_SERVER}__{MCP_TOOL}"),
+        McpCase("pi-responses-native", "pi", "openai-responses", f"mcp__{MCP_SERVER}__{MCP_TOOL}", model="gpt-5.4"),
     )
 }
 
@@ -371,6 +388,9 @@ def run_mcp_case(case: McpCase, proxy: MitmDump, fake: FakeProvider, bins: Agent
     work, home = tmp / "work", tmp / "home"
     work.mkdir(parents=True)
     env = proxy.agent_env(home=home)
+    # A credential of its own: without a client session id the proxy keys a session by credential
+    # and first message, and these agents open with the same prompt (one session store per proxy).
+    env.update({var: f"{key}-{case.name}" for var, key in TEST_KEYS.items()})
     run = run_agent(case.name, case.command(bins, home, env), env=env, cwd=work)
     upstream = [r for r in fake.api_requests(case.api) if r.json is not None]
     sent = [c for c in client_requests(record_path) if c["method"] == "POST" and c["json"] is not None
@@ -382,7 +402,7 @@ def _api_of(url: str) -> str | None:
     """The fake's API name for a client request URL of the conversations here."""
     path = "/" + url.split("://", 1)[-1].split("/", 1)[-1]
     for prefix, api in (("/v1/messages", "anthropic"), ("/v1/responses", "openai-responses"),
-                        ("/v1beta/models/", "gemini")):
+                        ("/v1/chat/completions", "openai-chat"), ("/v1beta/models/", "gemini")):
         if path.startswith(prefix) and "count_tokens" not in path:
             return api
     return None
@@ -394,7 +414,7 @@ def search_tools(body: Any) -> list[str]:
     for tool in (body.get("tools") if isinstance(body, dict) else None) or []:
         if not isinstance(tool, dict):
             continue
-        for decl in tool.get("functionDeclarations") or [tool]:  # Gemini nests its functions
+        for decl in tool.get("functionDeclarations") or [tool.get("function") or tool]:  # Gemini, Chat nest theirs
             name, kind = decl.get("name"), str(decl.get("type") or "")
             if name == SEARCH_TOOL or name in CLIENT_SEARCH_NAMES or kind.startswith(CLIENT_SEARCH_TYPE):
                 found.append(str(name or kind))

@@ -41,7 +41,7 @@ CONFIG = partial(addon_config, strategy="tool-search", search={"backend": "bm25"
 #: Agents whose next request gets the proxy's hidden search round restored: all three (Gemini CLI
 #: gives a ``functionCall`` that came without an ``id`` one of its own: the proxy compares calls
 #: without ids and carries the client's onto the restored turn).
-RESTORED = {"claude", "codex", "gemini"}
+RESTORED = {"claude", "codex", "gemini", "cline", "copilot", "pi"}
 
 
 def test_catalog_has_more_than_a_hundred_tools_on_several_servers() -> None:
@@ -138,6 +138,8 @@ def _offered(api: str, body: dict) -> list[str]:
     for tool in body.get("tools") or []:
         if api == "gemini":
             names += [d["name"] for d in tool.get("functionDeclarations") or []]
+        elif isinstance(tool.get("function"), dict):  # Chat Completions
+            names.append(tool["function"].get("name"))
         elif tool.get("type") == "namespace":
             names += [f"{tool['name']}.{t['name']}" for t in tool.get("tools") or []]
         elif "name" in tool:
