@@ -339,6 +339,9 @@ MCP_CASES = {
                 env=(("COPILOT_PROVIDER_WIRE_API", "completions"),)),
         McpCase("copilot-responses", "copilot", "openai-responses", f"{MCP_SERVER}-{MCP_TOOL}",
                 env=(("COPILOT_PROVIDER_WIRE_API", "responses"),)),
+        # ... and on Chat, a mixed turn: the dispatcher's call and a second search in one step.
+        McpCase("copilot-chat-mixed", "copilot", "openai-chat", f"{MCP_SERVER}-{MCP_TOOL}", mixed="read a file",
+                env=(("COPILOT_PROVIDER_WIRE_API", "completions"),)),
         # pi, whose MCP tools come from tests/e2e/pi_mcp_extension.ts: on Anthropic with a Claude
         # 4.5 model (native deferral), on Responses with gpt-5 (classic) and gpt-5.4 (native, flat functions).
         McpCase("pi-anthropic", "pi", "anthropic", f"mcp__{MCP_SERVER}__{MCP_TOOL}", model="claude-sonnet-4-5"),

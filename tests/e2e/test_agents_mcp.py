@@ -124,12 +124,25 @@ def _check_mixed(out: McpRun) -> None:
     assert made.count(SEARCH_TOOL) == 2, out.report()
     step = [SEARCH_TOOL, DISPATCHER]
     mixed = next(r for r in out.upstream if r.reply and [c["name"] for c in r.reply["calls"]] == step)
-    contents = next(r for r in out.upstream if r.nth > mixed.nth).json["contents"]
-    i = next(i for i, c in enumerate(contents)
-             if [p["functionCall"]["name"] for p in c["parts"] if "functionCall" in p] == step)
-    answered = [p["functionResponse"] for p in contents[i + 1]["parts"]]
-    assert [a["name"] for a in answered] == step, out.report()
-    assert out.case.marker in json.dumps(answered[1]) and "read" in json.dumps(answered[0]), out.report()
+    names, answers = _answers_to(out.case.api, next(r for r in out.upstream if r.nth > mixed.nth).json, step)
+    assert names == step, out.report()
+    assert out.case.marker in answers[1] and "read" in answers[0], out.report()
+
+
+def _answers_to(api: str, body: dict, step: list[str]) -> tuple[list[str | None], list[str]]:
+    """The answers right after the model turn that called ``step`` (Gemini, or Chat Completions):
+    which call each answers, by name, and each as JSON text."""
+    if api == "gemini":
+        contents = body["contents"]
+        i = next(i for i, c in enumerate(contents)
+                 if [p["functionCall"]["name"] for p in c["parts"] if "functionCall" in p] == step)
+        answered = [p["functionResponse"] for p in contents[i + 1]["parts"]]
+        return [a["name"] for a in answered], [json.dumps(a) for a in answered]
+    messages = body["messages"]
+    i = next(i for i, m in enumerate(messages) if [c["function"]["name"] for c in m.get("tool_calls") or []] == step)
+    names = {c["id"]: c["function"]["name"] for c in messages[i]["tool_calls"]}
+    answered = messages[i + 1:i + 1 + len(step)]  # Chat: one ``tool`` message per call, in order
+    return [names.get(m.get("tool_call_id")) for m in answered], [json.dumps(m) for m in answered]
 
 
 def _offered(api: str, body: dict) -> list[str]:
