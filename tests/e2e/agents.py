@@ -1,6 +1,7 @@
 """Helpers to install and drive the real agent CLIs (Claude Code, Codex CLI, Gemini CLI; OpenCode,
-Qwen Code and the OpenAI Agents SDK through ``agent_drivers_a``) headless through a
-:class:`~tests.e2e.harness.MitmDump`, each in a private home.
+Qwen Code and the OpenAI Agents SDK through ``agent_drivers_a``; Cline CLI, Copilot CLI and pi
+through ``agent_drivers_b``) headless through a :class:`~tests.e2e.harness.MitmDump`, each in a
+private home.
 
 The CLIs come from ``scripts/install_agents`` (pinned npm packages in ``.agents/``). Each run
 has a timeout and kills its whole process group when it expires. ``CLIENT_RECORDER`` is a
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e import agent_drivers_a
-from tests.e2e.harness import ADDON_PATH, REPO_ROOT, ConfigSpec, MitmDump, tail
+from tests.e2e.harness import ADDON_PATH, REPO_ROOT, TEST_KEYS, ConfigSpec, MitmDump, tail
 from tests.e2e.mcp_server import call_marker, mcp_config
 from tests.fakeprovider import SEARCH_TOOL, Call, FakeProvider, RecordedRequest, Rule, call, calls, reply
 from tests.fakeprovider.providers.openai_responses import TOOL_SEARCH
@@ -262,7 +263,7 @@ class McpCase:
     when it defers its tools itself (``own_search``: the call the fake's model makes)."""
 
     name: str
-    agent: str  # claude | codex | gemini | opencode | qwen | openai-agents
+    agent: str  # claude | codex | gemini | opencode | qwen | openai-agents, or one of agent_drivers_b.DRIVERS
     api: str  # the fake's API name for the model conversation
     target: str  # the MCP tool as the model calls it
     own_search: Call | None = None
@@ -307,6 +308,10 @@ class McpCase:
 
     def command(self, bins: AgentBinaries, home: Path, env: dict[str, str]) -> list[str]:
         env.update(self.env)
+        from tests.e2e.agent_drivers_b import DRIVERS  # imports this module
+
+        if self.agent in DRIVERS:
+            return DRIVERS[self.agent](self, MCP_PROMPT, bins, home, env)
         if self.agent == "claude":
             return claude_command(bins, MCP_PROMPT, prepare_claude(home, env), allowed_tools=self.target)
         if self.agent == "codex":
@@ -373,6 +378,22 @@ MCP_CASES = {
         # ... and with the conversation kept by the API (each request chained by previous_response_id).
         McpCase("openai-agents-responses-chained", "openai-agents", "openai-responses", MCP_TOOL,
                 env=(("AGENTS_SDK_CHAIN", "1"),)),
+        # Cline CLI (openai-native: Responses), MCP tools named <server>__<tool>.
+        McpCase("cline", "cline", "openai-responses", f"{MCP_SERVER}__{MCP_TOOL}"),
+        # Copilot CLI with its own OpenAI key, MCP tools named <server>-<tool>: on Chat Completions
+        # (call-through) and on Responses (classic with gpt-5).
+        McpCase("copilot-chat", "copilot", "openai-chat", f"{MCP_SERVER}-{MCP_TOOL}",
+                env=(("COPILOT_PROVIDER_WIRE_API", "completions"),)),
+        McpCase("copilot-responses", "copilot", "openai-responses", f"{MCP_SERVER}-{MCP_TOOL}",
+                env=(("COPILOT_PROVIDER_WIRE_API", "responses"),)),
+        # ... and on Chat, a mixed turn: the dispatcher's call and a second search in one step.
+        McpCase("copilot-chat-mixed", "copilot", "openai-chat", f"{MCP_SERVER}-{MCP_TOOL}", mixed="read a file",
+                env=(("COPILOT_PROVIDER_WIRE_API", "completions"),)),
+        # pi, whose MCP tools come from tests/e2e/pi_mcp_extension.ts: on Anthropic with a Claude
+        # 4.5 model (native deferral), on Responses with gpt-5 (classic) and gpt-5.4 (native, flat functions).
+        McpCase("pi-anthropic", "pi", "anthropic", f"mcp__{MCP_SERVER}__{MCP_TOOL}", model="claude-sonnet-4-5"),
+        McpCase("pi-responses", "pi", "openai-responses", f"mcp__{MCP_SERVER}__{MCP_TOOL}"),
+        McpCase("pi-responses-native", "pi", "openai-responses", f"mcp__{MCP_SERVER}__{MCP_TOOL}", model="gpt-5.4"),
     )
 }
 
@@ -417,6 +438,9 @@ def run_mcp_case(case: McpCase, proxy: MitmDump, fake: FakeProvider, bins: Agent
     work, home = tmp / "work", tmp / "home"
     work.mkdir(parents=True)
     env = proxy.agent_env(home=home)
+    # A credential of its own: without a client session id the proxy keys a session by credential
+    # and first message, and these agents open with the same prompt (one session store per proxy).
+    env.update({var: f"{key}-{case.name}" for var, key in TEST_KEYS.items()})
     run = run_agent(case.name, case.command(bins, home, env), env=env, cwd=work)
     upstream = [r for r in fake.api_requests(case.api) if r.json is not None]
     sent = [c for c in client_requests(record_path) if c["method"] == "POST" and c["json"] is not None

@@ -43,7 +43,7 @@ CONFIG = partial(addon_config, strategy="tool-search", search={"backend": "bm25"
 #: Agents whose next request gets the proxy's hidden search round restored: every one the proxy
 #: defers for (Gemini CLI gives a ``functionCall`` that came without an ``id`` one of its own: the
 #: proxy compares calls without ids and carries the client's onto the restored turn).
-RESTORED = {"claude", "codex", "gemini", "opencode", "qwen", "openai-agents"}
+RESTORED = {"claude", "codex", "gemini", "opencode", "qwen", "openai-agents", "cline", "copilot", "pi"}
 
 
 def test_catalog_has_more_than_a_hundred_tools_on_several_servers() -> None:
@@ -164,10 +164,10 @@ def _offered(api: str, body: dict) -> list[str]:
     for tool in body.get("tools") or []:
         if api == "gemini":
             names += [d["name"] for d in tool.get("functionDeclarations") or []]
-        elif tool.get("type") == "namespace":
-            names += [f"{tool['name']}.{t['name']}" for t in tool.get("tools") or []]
         elif isinstance(tool.get("function"), dict):  # Chat Completions
             names.append(tool["function"].get("name"))
+        elif tool.get("type") == "namespace":
+            names += [f"{tool['name']}.{t['name']}" for t in tool.get("tools") or []]
         elif "name" in tool:
             names.append(tool["name"])
     return names
