@@ -115,7 +115,7 @@ class LearningModel(Script):
             return Rule(calls=[Call(plan.tool, {})])
         queries = [plan.query, plan.tool] if plan.learn else [plan.query]
         if len(searched) < len(queries) and conv.offered(SEARCH_TOOL):
-            state.searches += 1
+            state.searches = max(state.searches, len(searched) + 1)  # a re-sent request is not a new search
             return Rule(calls=[Call(SEARCH_TOOL, {"query": queries[len(searched)]})])
         return Rule(text=MISSED if plan.learn else DONE)
 
