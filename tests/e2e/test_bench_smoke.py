@@ -44,8 +44,10 @@ SMOKE: dict[str, list[str]] = {
     "bench_ttfb": ["--runs", "1", "--delay", "0.01", "--concurrency", "2"],
     "bench_session": ["--plan", "release", "--turns", "3", "--apis", "anthropic", "--paths", "mitmdump,tool-search"],
     "bench_agents": ["--smoke"],
+    "bench_learning": ["--data", "tests/fixtures/learning_tiny.json", "--quick"],
 }
-NOT_BENCHMARKS = {"_bench", "chaos", "memtrace", "report", "report_api"}  # a harness, own smoke test, a probe, reports
+# a harness, own smoke test, a probe, reports, the learning benchmark's data builder (it downloads from PyPI)
+NOT_BENCHMARKS = {"_bench", "chaos", "memtrace", "report", "report_api", "make_learning_data"}
 
 
 def tiny_bfcl(path: Path) -> None:

@@ -165,6 +165,7 @@ class FakeProvider:
         stream_delay: float = 0.05,
         first_delay: float = 0.0,
         providers: list[Provider] | None = None,
+        keep_requests: bool = True,
     ) -> None:
         self.host = host
         self.requested_port = port
@@ -180,6 +181,9 @@ class FakeProvider:
         self.cache = PromptCache()
         self.providers = providers if providers is not None else PROVIDERS
         self.script = Script()
+        #: False: requests are answered and counted but not kept, so a long benchmark's memory stays flat
+        self.keep_requests = keep_requests
+        self._recorded = 0
         self._requests: list[RecordedRequest] = []
         self._api_count = 0
         self._lock = threading.Lock()
@@ -240,6 +244,7 @@ class FakeProvider:
         empty it (keeps ``stream_delay``)."""
         with self._lock:
             self._requests.clear()
+            self._recorded = 0
             self._api_count = 0
             self.script = Script()
             self.prompt_cache = False
@@ -279,11 +284,13 @@ class FakeProvider:
 
     def _record(self, rec: RecordedRequest, is_api: bool) -> None:
         with self._lock:
-            rec.index = len(self._requests) + 1
+            self._recorded += 1
+            rec.index = self._recorded
             if is_api:
                 self._api_count += 1
                 rec.nth = self._api_count
-            self._requests.append(rec)
+            if self.keep_requests:
+                self._requests.append(rec)
             self._changed.notify_all()
 
     def _finish(self, rec: RecordedRequest) -> None:
