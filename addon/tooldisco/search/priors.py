@@ -42,10 +42,11 @@ FLOOR = 0.02  # weights and counts decayed below this are dropped
 DEPTH = 4  # the backend is asked for this many times the limit, at least ``MIN_DEPTH``
 MIN_DEPTH = 20
 RRF_K = 10.0  # reciprocal-rank constant of the backend's side
-# The learned side's weight: a tool the priors know well for these terms scores like the
-# backend's first place (1 / RRF_K); ``SATURATION`` is the evidence at which it reaches half.
-PRIOR_WEIGHT = 1.5 / RRF_K
-SATURATION = 1.0
+# The learned side's weight: a tool every known word of the query led to, and only it, scores
+# six times the backend's first place (1 / RRF_K), so strong evidence wins and weak evidence
+# reorders only what the backend ranked close.
+PRIOR_WEIGHT = 0.6
+CONFIDENCE = 0.3  # a term's evidence at which it is trusted half
 DECAY_EVERY = 3600.0  # seconds between two decay passes over a tenant's priors
 CALLS_HALF = 3.0  # calls at which a tool's call count is half its weight toward being kept upfront
 
@@ -222,8 +223,8 @@ def merge(data: Any, lesson: Lesson, now: float, half_life: float, max_bytes: in
 
 
 class Priors:
-    """A tenant's priors, read-only and indexed for scoring: per term key, the tools it points
-    to with their weights, and per tool its call count."""
+    """A tenant's priors, read-only and indexed for scoring: per term key, the tools it led to
+    with their weights and the term's total positive weight, and per tool its call count."""
 
     def __init__(self, knowledge: Knowledge):
         self.postings: dict[str, list[tuple[str, float]]] = {}
@@ -233,14 +234,25 @@ class Priors:
                 self.calls[tid] = entry["c"]
             for key, weight in entry["w"].items():
                 self.postings.setdefault(key, []).append((tid, weight))
-        known = max(len(knowledge.tools), 1)
-        # A term learned for many tools says little about any one of them (inverse document
-        # frequency over the tools the priors know).
-        self.idf = {k: math.log(1.0 + known / sum(1 for _, w in p if w > 0)) if any(w > 0 for _, w in p) else 1.0
-                    for k, p in self.postings.items()}
+        # What a term is worth: its share of evidence per tool (a word that led to many tools says
+        # little about any one), trusted as the term's evidence grows (``CONFIDENCE``).
+        self.mass = {k: sum(w for _, w in p if w > 0) for k, p in self.postings.items()}
 
     def __bool__(self) -> bool:
         return bool(self.postings or self.calls)
+
+    def scores(self, query: str) -> dict[str, float]:
+        """Tool id -> how much of ``query``'s learned words led to it, in [-1, 1]: per known
+        term, the tool's share of the term's evidence times the trust in the term, averaged
+        over the known terms (negative: ranked above the called tool and passed over)."""
+        keys = [k for k in query_keys(query) if self.mass.get(k, 0.0) > 0]
+        out: dict[str, float] = {}
+        for key in keys:
+            mass = self.mass[key]
+            trust = mass / (mass + CONFIDENCE) / (mass * len(keys))
+            for tid, weight in self.postings[key]:
+                out[tid] = out.get(tid, 0.0) + weight * trust
+        return out
 
     def bonus(self, query: str, tools: Sequence[Tool], weight: float) -> dict[str, float]:
         """Per tool name, what the tenant's traffic says for keeping it loaded: how often it was
@@ -253,18 +265,7 @@ class Priors:
             tid = tool_id(tool)
             calls, evidence = self.calls.get(tid, 0.0), max(learned.get(tid, 0.0), 0.0)
             if calls or evidence:
-                out[tool.name] = weight * (calls / (calls + CALLS_HALF) + evidence / (evidence + SATURATION))
-        return out
-
-    def scores(self, query: str) -> dict[str, float]:
-        """Tool id -> learned evidence for ``query`` (negative: returned and passed over)."""
-        out: dict[str, float] = {}
-        for key in query_keys(query):
-            idf = self.idf.get(key)
-            if idf is None:
-                continue
-            for tid, weight in self.postings[key]:
-                out[tid] = out.get(tid, 0.0) + weight * idf
+                out[tool.name] = weight * (calls / (calls + CALLS_HALF) + evidence)
         return out
 
 
@@ -296,8 +297,7 @@ class Learned(SearcherBase):
             name = ids.get(tid)
             if name is None:
                 continue
-            fused[name] = fused.get(name, 0.0) + PRIOR_WEIGHT * math.copysign(
-                abs(evidence) / (abs(evidence) + SATURATION), evidence)
+            fused[name] = fused.get(name, 0.0) + PRIOR_WEIGHT * evidence
         position = {name: r for r, name in enumerate(ranking.names)}
         order = sorted((n for n, s in fused.items() if s > 0),
                        key=lambda n: (-fused[n], position.get(n, len(position)), n))
