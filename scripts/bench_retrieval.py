@@ -53,7 +53,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 from _bench import percentile, ratio, section  # noqa: E402
 from tests.support.mcp_catalog import mcp_catalog  # noqa: E402
 from tooldisco.core.types import Tool  # noqa: E402
-from tooldisco.search.factory import BACKENDS, make_searcher
+from tooldisco.search.factory import BACKENDS, make_searcher, with_priors
+from tooldisco.search import priors  # noqa: E402
 from tooldisco.search.base import QueryError, Ranking, Searcher  # noqa: E402
 from tooldisco.search.base import WARM_UP_QUERY, Catalog  # noqa: E402
 from tooldisco.search.index_cache import clear_all  # noqa: E402
@@ -299,6 +300,8 @@ def main() -> None:
     parser.add_argument("--sets", default="bfcl,multi-turn,multi-intent,named",
                         help="comma-separated: bfcl, multi-turn, multi-intent, named")
     parser.add_argument("--big", type=int, default=10_000, help="size of the grown catalog")
+    parser.add_argument("--learned-turns", type=int, default=1000,
+                        help="turns of learned priors the grown catalog's latency is also timed with (0: not)")
     parser.add_argument("--latency-queries", type=int, default=500,
                         help="queries (a seeded sample) timed on the grown catalog")
     parser.add_argument("--cache-dir", default=str(Path(tempfile.gettempdir()) / "tooldisco-bench-cache"),
@@ -332,6 +335,8 @@ def main() -> None:
     backends = args.backends.split(",")
     results: dict[tuple[str, str], Result] = {}
     speed: dict[str, tuple[float, float, tuple[list[float], ...]]] = {}
+    learned = learned_priors(base, big, args.learned_turns) if args.learned_turns else None
+    with_learned: dict[str, list[float]] = {}
     for backend in backends:
         clear_all()  # each backend builds its own indexes (and those it falls back to)
         searcher = make_searcher(backend, cache_dir=args.cache_dir)
@@ -341,6 +346,8 @@ def main() -> None:
             results[labelled.name, backend] = measure(searcher, labelled)
         build_big = build_time(searcher, big)
         speed[backend] = (build_small, build_big, latency(searcher, big, sample))
+        if learned is not None:  # the same queries, the same catalog, ranking with learned priors
+            with_learned[backend] = latency(with_priors(searcher, learned), big, sample)[0]
         print(f"... {backend} done", file=sys.stderr)
 
     print(f"Limit {LIMIT}; latency at {len(base.tools)} tools over every BFCL query, at {len(big)} tools "
@@ -381,6 +388,34 @@ def main() -> None:
             ["backend", f"p50 {len(base.tools)}:", f"p95 {len(base.tools)}:", f"p50 {len(big)}:",
              f"p95 {len(big)}:", f"p50 {len(big)} / bm25:", f"CPU p50 {len(big)}:", f"CPU p95 {len(big)}:",
              f"key p50 / p95 {len(big)}:", f"build {len(base.tools)}:", f"build {len(big)}:"], rows)
+    if with_learned:
+        learned_latency_table(speed, with_learned, len(big), args.learned_turns)
+
+
+def learned_priors(base: LabelledSet, big: Sequence[Tool], turns: int) -> priors.Priors:
+    """Priors learned from ``turns`` labelled queries (drawn from ``base``, seeded) whose model
+    called the labelled tool, as the proxy learns them, over the grown catalog."""
+    by_name = {t.name: t for t in big}
+    rng = random.Random(1)
+    knowledge = priors.Knowledge()
+    usable = [q for q in base.queries if q.labels and set(q.labels) <= by_name.keys()]
+    for _ in range(turns):
+        q = rng.choice(usable)
+        knowledge.learn(priors.lesson([(q.text, [])], sorted(q.labels), by_name))
+    return priors.Priors(knowledge)
+
+
+def learned_latency_table(speed: dict[str, tuple[float, float, tuple[list[float], ...]]],
+                          with_learned: dict[str, list[float]], size: int, turns: int) -> None:
+    rows = []
+    for backend, walls in with_learned.items():
+        plain = speed[backend][2][0]
+        rows.append((backend, ms(plain, 50), ms(plain, 95), ms(walls, 50), ms(walls, 95),
+                     ratio(percentile(walls, 50), percentile(plain, 50)),
+                     ratio(percentile(walls, 95), percentile(plain, 95))))
+    section(f"Search latency at {size} tools with priors learned from {turns} turns (ms; baseline: the same "
+            "backend without priors, same run, same queries)",
+            ["backend", "p50", "p95", "p50 learned", "p95 learned", "p50 ratio", "p95 ratio"], rows)
 
 
 if __name__ == "__main__":

@@ -223,3 +223,25 @@ def test_report_runs_the_checkouts_report_over_a_telemetry_file(tmp_path) -> Non
                        ' "total_tools": 40, "kept_tools": 5, "tool_tokens_before": 4000, "tool_tokens_after": 500}\n')
     assert cli.main(["report", str(telemetry), "-o", str(tmp_path / "r.html"), "--quiet"]) == 0
     assert "<html" in (tmp_path / "r.html").read_text().lower()
+
+
+def test_forget_takes_the_key_from_the_environment_or_stdin_never_argv(tmp_path, monkeypatch, capsys) -> None:
+    from tooldisco.core.tenants import tenant_of
+    from tooldisco.state.disk import DiskSessionStore
+
+    config = _write(tmp_path / "c.yaml", f"sessions:\n  dir: {tmp_path / 's'}\n")
+    store = DiskSessionStore(tmp_path / "s")
+    for key in ("sk-a", "sk-b"):
+        store.learn(tenant_of({"authorization": f"Bearer {key}"}, ""), lambda _: {"v": 1})
+    monkeypatch.setenv("MY_KEY", "sk-a")
+    assert cli.main(["forget", "--config", str(config), "--key-env", "MY_KEY"]) == 0
+    assert "forgot what that tenant taught" in capsys.readouterr().out
+    assert store.learned(tenant_of({"x-api-key": "sk-a"}, "")) is None
+    assert store.learned(tenant_of({"x-api-key": "sk-b"}, "")) is not None
+    monkeypatch.setattr(sys, "stdin", __import__("io").StringIO("sk-b\n"))
+    assert cli.main(["forget", "--config", str(config)]) == 0
+    assert store.learned(tenant_of({"x-api-key": "sk-b"}, "")) is None
+    monkeypatch.delenv("MY_KEY")
+    assert cli.main(["forget", "--config", str(config), "--key-env", "MY_KEY"]) == 1
+    with pytest.raises(SystemExit):
+        cli.main(["forget", "sk-a"])  # a key on the command line is refused

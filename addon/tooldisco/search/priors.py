@@ -8,14 +8,15 @@ learned should make the next session's first search land.
 What is kept, per tenant (``Knowledge``, plain JSON so both session stores hold it): per tool,
 identified by its definition's fingerprint (``tool_id``: a changed tool starts over), how often
 it was called, and a weight per query term: raised by a query whose turn went on to call the
-tool, lowered a little by one that returned it without a call. Terms are stored as short
-keyed digests (``term_key``), never as text. Everything decays with a half-life, and the
-whole is bounded in bytes (``Knowledge.bounded``).
+tool, lowered a little by one that ranked it above the called tool. Terms are stored as short
+digests (``term_key``), never as text. Everything decays with a half-life, and the whole is
+bounded in bytes (``Knowledge.bounded``).
 
-How it ranks (``Learned``): the backend's ranking, fetched deeper than asked, is fused with
-the learned score by reciprocal rank; a tool the backend missed but the priors know for these
-terms joins the candidates. ``names.NamedFirst`` wraps the result, so a tool the query names
-still comes first.
+How it ranks (``Learned``): the backend's ranking, fetched deeper than asked, scores by
+reciprocal rank; to that each tool adds its learned score (``Priors.scores``: per known word
+of the query, the tool's share of that word's evidence), so a tool the backend missed but the
+priors know for these words joins the candidates. ``names.NamedFirst`` wraps the result, so a
+tool the query names still comes first.
 """
 
 from __future__ import annotations

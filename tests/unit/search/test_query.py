@@ -173,3 +173,17 @@ def test_listing_a_huge_catalog_is_capped() -> None:
     data = json.loads(out.text)
     assert data["total"] == MAX_LISTED + 50 and len(data["tools"]) == MAX_LISTED
     assert "search" in data["message"] and out.matched == []
+
+
+def test_a_search_that_finds_nothing_offers_names_and_servers() -> None:
+    result = json.loads(query({"query": "zzqx"}, backend="regex").text)
+    assert result["tools"] == [] and result["suggestions"]
+    assert result["servers"] == [{"server": "github", "tools": 2}] and "server's name" in result["message"]
+
+
+def test_a_weak_best_hit_says_so_and_offers_servers() -> None:
+    weak = json.loads(query({"query": "open a ticket for the outage in the tracker channel"}).text)
+    assert weak["tools"] and weak["servers"] == [{"server": "github", "tools": 2}]
+    assert "shares few of the query's words" in weak["message"]
+    strong = json.loads(query({"query": "send a message to a channel"}).text)
+    assert "servers" not in strong and "few of the query's words" not in strong["message"]
