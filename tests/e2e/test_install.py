@@ -132,6 +132,7 @@ def test_the_installed_addon_processes_a_request(venv: Venv, tmp_path: Path) -> 
             proxy.stop()
     log = proxy.log_path.read_text()
     assert f"Loading script {addon}" in log
+    assert "tool discovery: POST api.anthropic.com/v1/messages [anthropic] · 60 tools →" in log  # the flow line
     assert os.path.getsize(tmp_path / "tool_discovery.jsonl") > 0
 
 

@@ -20,7 +20,7 @@ def test_help_lists_every_subcommand(capsys) -> None:
         cli.main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for command in ("run", "addon-path", "env", "doctor", "report"):
+    for command in ("run", "addon-path", "env", "wrap", "demo", "doctor", "report", "forget"):
         assert f"    {command} " in out
 
 
