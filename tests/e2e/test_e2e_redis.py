@@ -132,3 +132,36 @@ def test_redis_killed_and_restarted_mid_session(proxies: list[MitmDump], fake: F
     assert searches(fake) == 1 and TARGET in names(reqs[-1])
     for p, since in zip(proxies, mark):
         p.wait_for_log("Redis at redis://127.0.0.1:\\d+/0 is back", since=since)
+
+
+def test_what_one_proxy_learned_ranks_the_other_proxys_search(redis_server, mitm_factory, monkeypatch, fake) -> None:
+    """Learning on one Redis: the model's words lead to a tool through proxy A; a new session
+    through proxy B finds it with other words like them at its first search."""
+    if not redis_server.running:
+        redis_server.start()
+    monkeypatch.setenv("TOOLDISCO_TEST_REDIS_URL", redis_server.url)
+    shared = partial(config("redis"), defer={"upfront": 0},
+                     learning={"flush_interval": "100ms", "refresh_interval": "100ms"})
+    a, b = mitm_factory(config=shared), mitm_factory(config=shared)
+    incident = {"name": "create_incident", "description": "Open a record in the tracker with a title.",
+                "input_schema": {"type": "object", "properties": {"title": {"type": "string"}}}}
+
+    def first_search(proxy: MitmDump, query: str, then: list) -> list[str]:
+        fake.set_script([search(query, times=1), *then, reply("done")])
+        start = len(fake.requests)
+        body = {"model": "claude-x", "max_tokens": 64, "tools": TOOLS + [incident],
+                "messages": [{"role": "user", "content": f"Wake someone [{uuid.uuid4().hex[:8]}]"}]}
+        with proxy.httpx_client() as client:
+            r = client.post("https://api.anthropic.com/v1/messages", json=body,
+                            headers={"x-api-key": "sk-ant-shared"}, timeout=60)
+        assert r.status_code == 200, r.text
+        return names(fake.requests[start + 1])
+
+    assert "create_incident" not in first_search(b, "page the on call engineer", [])
+    for _ in range(3):
+        first_search(a, "page whoever is on call tonight",
+                     [search("create_incident", times=1, no_result_for=[]), call("create_incident", {"title": "x"})])
+    deadline = time.monotonic() + 15
+    while "create_incident" not in first_search(b, "page the on call engineer", []):
+        assert time.monotonic() < deadline, "proxy B never ranked with what proxy A learned"
+        time.sleep(0.3)
