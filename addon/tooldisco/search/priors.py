@@ -22,10 +22,12 @@ tool the query names still comes first.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from tooldisco.core.types import Tool
@@ -35,7 +37,7 @@ from tooldisco.search.phantom_query import LIST_ALL, SELECT_PREFIX
 from tooldisco.search.tokens import terms
 
 VERSION = 1
-MAX_QUERY_TERMS = 32  # terms of one query learned from or scored; a longer query is prose
+MAX_QUERY_TERMS = 64  # terms of one query learned from or scored (a task told at length keeps its verb)
 MAX_TERMS_PER_TOOL = 64  # the strongest kept per tool
 POSITIVE = 1.0  # a query whose turn called the tool
 NEGATIVE = -0.25  # a query that ranked the tool above the one the model called
@@ -48,6 +50,7 @@ RRF_K = 10.0  # reciprocal-rank constant of the backend's side
 # reorders only what the backend ranked close.
 PRIOR_WEIGHT = 0.6
 CONFIDENCE = 0.3  # a term's evidence at which it is trusted half
+MAX_SHARES = 32  # tools a word's evidence is scored for, the strongest
 DECAY_EVERY = 3600.0  # seconds between two decay passes over a tenant's priors
 CALLS_HALF = 3.0  # calls at which a tool's call count is half its weight toward being kept upfront
 
@@ -236,8 +239,16 @@ class Priors:
             for key, weight in entry["w"].items():
                 self.postings.setdefault(key, []).append((tid, weight))
         # What a term is worth: its share of evidence per tool (a word that led to many tools says
-        # little about any one), trusted as the term's evidence grows (``CONFIDENCE``).
-        self.mass = {k: sum(w for _, w in p if w > 0) for k, p in self.postings.items()}
+        # little about any one), trusted as the term's evidence grows (``CONFIDENCE``); made once
+        # here, so a search only adds.
+        self.shares: dict[str, list[tuple[str, float]]] = {}
+        for key, posting in self.postings.items():
+            mass = sum(w for _, w in posting if w > 0)
+            if mass > 0:
+                trust = 1.0 / (mass + CONFIDENCE)  # (w / mass) * (mass / (mass + CONFIDENCE))
+                shares = [(tid, w * trust) for tid, w in posting]
+                # A word that led to many tools gives each a sliver: only its strongest count.
+                self.shares[key] = heapq.nlargest(MAX_SHARES, shares, key=lambda s: abs(s[1]))
 
     def __bool__(self) -> bool:
         return bool(self.postings or self.calls)
@@ -246,13 +257,14 @@ class Priors:
         """Tool id -> how much of ``query``'s learned words led to it, in [-1, 1]: per known
         term, the tool's share of the term's evidence times the trust in the term, averaged
         over the known terms (negative: ranked above the called tool and passed over)."""
-        keys = [k for k in query_keys(query) if self.mass.get(k, 0.0) > 0]
+        found = [share for k in query_keys(query) if (share := self.shares.get(k)) is not None]
         out: dict[str, float] = {}
-        for key in keys:
-            mass = self.mass[key]
-            trust = mass / (mass + CONFIDENCE) / (mass * len(keys))
-            for tid, weight in self.postings[key]:
-                out[tid] = out.get(tid, 0.0) + weight * trust
+        for share in found:
+            for tid, value in share:
+                out[tid] = out.get(tid, 0.0) + value
+        if len(found) > 1:
+            for tid in out:
+                out[tid] /= len(found)
         return out
 
     def bonus(self, query: str, tools: Sequence[Tool], weight: float) -> dict[str, float]:
@@ -270,12 +282,13 @@ class Priors:
         return out
 
 
-def _ids(tools: Sequence[Tool]) -> dict[str, str]:
-    """Tool id -> name for a catalog."""
-    return {tool_id(t): t.name for t in tools}
+def _ids(tools: Sequence[Tool]) -> tuple[dict[str, str], dict[str, str]]:
+    """Tool id -> name, and name -> tool id, for a catalog."""
+    names = {tool_id(t): t.name for t in tools}
+    return names, {name: tid for tid, name in names.items()}
 
 
-_IDS: IndexCache[dict[str, str]] = IndexCache(_ids)
+_IDS: IndexCache[tuple[dict[str, str], dict[str, str]]] = IndexCache(_ids)
 
 
 class Learned(SearcherBase):
@@ -291,15 +304,20 @@ class Learned(SearcherBase):
         learned = self.priors.scores(query)
         if not learned:
             return self.inner.rank(query, tools, limit)
-        ranking = self.inner.rank(query, tools, max(limit * DEPTH, MIN_DEPTH))
-        ids = _IDS.get(tools)
+        depth = max(limit * DEPTH, MIN_DEPTH)
+        ranking = self.inner.rank(query, tools, depth)
+        names, ids = _IDS.get(tools)
         fused: dict[str, float] = {name: 1.0 / (RRF_K + r) for r, name in enumerate(ranking.names)}
-        for tid, evidence in learned.items():
-            name = ids.get(tid)
-            if name is None:
-                continue
-            fused[name] = fused.get(name, 0.0) + PRIOR_WEIGHT * evidence
+        # The backend's candidates with what was learned of them, and the tools learned strongest
+        # for these words (a tool the backend missed); a long tail of weak evidence is not scored.
+        for name in ranking.names:
+            if (tid := ids.get(name)) is not None and tid in learned:
+                fused[name] += PRIOR_WEIGHT * learned[tid]
+        for tid, evidence in heapq.nlargest(depth, learned.items(), key=itemgetter(1)):
+            name = names.get(tid)
+            if evidence > 0 and name is not None and name not in fused:
+                fused[name] = PRIOR_WEIGHT * evidence
         position = {name: r for r, name in enumerate(ranking.names)}
-        order = sorted((n for n, s in fused.items() if s > 0),
-                       key=lambda n: (-fused[n], position.get(n, len(position)), n))
-        return Ranking(order[:limit], ranking.backend, ranking.fallback, ranking.group)
+        best = heapq.nsmallest(limit, (n for n, score in fused.items() if score > 0),
+                               key=lambda n: (-fused[n], position.get(n, depth), n))
+        return Ranking(best, ranking.backend, ranking.fallback, ranking.group)
