@@ -191,6 +191,7 @@ class Checkpoint:
     latencies: list[float]
     unrecorded: int  # eval searches with no telemetry record
     failed: int  # eval sessions that failed (no record either)
+    named_first: float = 1.0  # share of the targets whose exact name, searched, ranked them first
 
 
 class Arm:
@@ -303,9 +304,11 @@ class Arm:
                 return False
             return True
 
+        # Each target's exact name too: what was learned must never outrank a tool the query names.
+        named = [(tool, tool) for tool in sorted({t for t, _ in self.data.eval})]
         with ThreadPoolExecutor(self.clients, thread_name_prefix=f"{self.name}-eval") as pool:
-            failed = sum(not ok for ok in pool.map(ask, self.data.eval))
-        found = self._searches(telemetry, offset, {q for _, q in self.data.eval})
+            failed = sum(not ok for ok in pool.map(ask, [*self.data.eval, *named]))
+        found = self._searches(telemetry, offset, {q for _, q in [*self.data.eval, *named]})
         hits = {k: 0.0 for k in RANKS}
         latencies = []
         for tool, query in self.data.eval:
@@ -317,7 +320,9 @@ class Arm:
             for k in RANKS:
                 hits[k] += tool in matched[:k]
         n = len(self.data.eval)
-        point = Checkpoint(turns, {k: v / n for k, v in hits.items()}, latencies, n - len(latencies), failed)
+        first = sum((found.get(tool) or {}).get("matched", [])[:1] == [tool] for tool, _ in named)
+        point = Checkpoint(turns, {k: v / n for k, v in hits.items()}, latencies, n - len(latencies), failed,
+                           first / len(named) if named else 1.0)
         self.checkpoints.append(point)
         return point
 
@@ -441,7 +446,10 @@ def report(data: Data, arms: list[Arm], skipped: dict[str, str], checkpoints: li
                   ["turns:", "recall@1 on:", "recall@1 off:", "Δ@1:", "recall@5 on:", "recall@5 off:", "Δ@5:"], rows,
                   "on: learning.enabled (learn: false while evaluated); off: learning.enabled: false. "
                   "Unrecorded eval searches count as misses: "
-                  + ", ".join(f"{a.name} {sum(c.unrecorded for c in a.checkpoints)}" for a in arms) + ".")
+                  + ", ".join(f"{a.name} {sum(c.unrecorded for c in a.checkpoints)}" for a in arms) + ". "
+                  "A target's exact name, searched, ranked it first: "
+                  + ", ".join(f"{a.name} {min((c.named_first for c in a.checkpoints), default=1.0):.0%} (worst checkpoint)"
+                              for a in arms) + ".")
     bench.section("Search latency of the eval searches (ms, p50 / p95, the telemetry's latency_ms)",
                   ["turns:", *[f"{a.name}:" for a in arms]],
                   [[point, *[bench.p50_p95(a.checkpoints[i].latencies, 1000, 2) for a in arms]]
