@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
+from tooldisco.core.bytecache import MiB, memoize
 from tooldisco.core.types import Tool
 from tooldisco.search.base import Ranking, Searcher, SearcherBase, as_catalog
 from tooldisco.search.index_cache import IndexCache
@@ -50,7 +51,7 @@ RRF_K = 10.0  # reciprocal-rank constant of the backend's side
 # reorders only what the backend ranked close.
 PRIOR_WEIGHT = 0.6
 CONFIDENCE = 0.3  # a term's evidence at which it is trusted half
-MAX_SHARES = 32  # tools a word's evidence is scored for, the strongest
+MAX_SHARES = 16  # tools a word's evidence is scored for, the strongest
 DECAY_EVERY = 3600.0  # seconds between two decay passes over a tenant's priors
 CALLS_HALF = 3.0  # calls at which a tool's call count is half its weight toward being kept upfront
 
@@ -60,6 +61,7 @@ def tool_id(tool: Tool) -> str:
     return tool.identity
 
 
+@memoize(1 * MiB)  # a tenant's queries repeat their words; a digest per word per search adds up
 def term_key(term: str) -> str:
     """A query term as it is stored: a short digest, so no query text is kept (a term that
     occurs in some tool's definition can be guessed back; a user's words cannot be read)."""
