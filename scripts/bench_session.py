@@ -67,7 +67,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +105,11 @@ SHIPPED = ROOT / "configs" / "tool_discovery.yaml"
 # Classic deferral everywhere: native deferral and call-through off, the shipped config's defer settings kept.
 CLASSIC = {"native": {"anthropic": [], "responses": [], "bedrock": []},
            "defer": {**yaml.safe_load(SHIPPED.read_text())["pipes"]["tool_discovery"]["defer"], "call_through": []}}
+# The addon paths write lessons and read priors at once, so a session right after another sees them.
+LEARN_FAST = {"learning": {"flush_interval": "100ms", "refresh_interval": "100ms"}}
 # path -> (config, overrides of its pipes.tool_discovery)
 CONFIGS: dict[str, tuple[Path, dict[str, Any]]] = {
-    "tool-search": (SHIPPED, {}), "tool-search-classic": (SHIPPED, CLASSIC),
+    "tool-search": (SHIPPED, LEARN_FAST), "tool-search-classic": (SHIPPED, {**CLASSIC, **LEARN_FAST}),
     "relevance": (ROOT / "configs" / "relevance.yaml", {}),
 }
 PATHS = ("direct", "client-native", "client-call-through", "mitmdump", "tool-search", "tool-search-classic",
@@ -118,6 +120,7 @@ SEARCHES = (SEARCH_TOOL, "tool_search")  # the proxy's search tool, and its nati
 MAX_STEPS = 6  # requests per user turn before the client gives up (the script needs at most 2)
 PROXY_COMPLAINT = re.compile(r"error|warn|traceback|exception", re.IGNORECASE)
 ROW_BYTES = 180  # about one result row of tool_output
+WARM_SETTLE_S = 1.0  # after warm-up sessions: the addon's lessons written (LEARN_FAST) and read back
 MISSED = "I don't have a tool that can do that here, so I can't complete this step."
 SYSTEM = (
     "You are Relay, an on-call engineering assistant for the checkout team at Acme. You can use the "
@@ -351,9 +354,9 @@ class SessionModel(Script):
     ``call_tool``, through it once a search result named the tool), else one search, else an
     apology; once the turn's result is in, the turn's answer."""
 
-    def __init__(self, plan: tuple[Turn, ...]) -> None:
+    def __init__(self, plan: tuple[Turn, ...], *more: tuple[Turn, ...]) -> None:
         super().__init__()
-        self.turns = {t.text: (i, t) for i, t in enumerate(plan)}
+        self.turns = {t.text: (i, t) for p in (plan, *more) for i, t in enumerate(p)}
 
     def choose(self, conv: Conversation, nth: int) -> Rule:
         index, turn = self.turns.get(conv.last_user_text, (-1, None))
@@ -782,16 +785,32 @@ class Run:
                                f"| {tool_count(self.api, tools)} | {', '.join(calls)} |")
 
 
+def earlier(plan: tuple[Turn, ...], day: int) -> tuple[Turn, ...]:
+    """The plan as an earlier session of the same tenant played it: its first message differs
+    (a session of its own), its turns and searches are the same."""
+    return (replace(plan[0], text=f"(day {day}) {plan[0].text}"), *plan[1:])
+
+
 def session(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], plan: tuple[Turn, ...],
-            result_bytes: int) -> Run:
-    """One session on a fresh key (no cache, no addon session shared with another run)."""
+            result_bytes: int, warm: int = 0) -> Run:
+    """One session on a fresh key (no cache, no addon session shared with another run); with
+    ``warm``, that many earlier sessions of the same key first (what the addon learns from them
+    is in play; they are not counted)."""
+    key = f"bench-{api}-{path}-{uuid.uuid4().hex[:8]}"
+    make = CLIENTS[path][api] if path in CLIENTS else AGENTS[api]
+    before = [earlier(plan, day) for day in range(1, warm + 1)]
+    fake.prompt_cache = True
+    fake.set_script(SessionModel(plan, *before))
+    for past in before:
+        play(make(route, key, tools), past, result_bytes)
+    if before:
+        time.sleep(WARM_SETTLE_S)  # the addon writes its lessons and reads them back
     fake.reset()
     fake.prompt_cache = True
-    fake.set_script(SessionModel(plan))
+    fake.set_script(SessionModel(plan, *before))
     run = Run(api, path)
     try:
-        make = CLIENTS[path][api] if path in CLIENTS else AGENTS[api]
-        agent = make(route, f"bench-{api}-{path}-{uuid.uuid4().hex[:8]}", tools)
+        agent = make(route, key, tools)
         run.done = play(agent, plan, result_bytes)
     except Exception as exc:  # a broken run is reported, and the others still run
         run.errors.append(f"client: {exc!r}"[:300])
@@ -800,11 +819,11 @@ def session(api: str, path: str, route: Route, fake: FakeProvider, tools: list[T
 
 
 def measure(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], plan: tuple[Turn, ...],
-            result_bytes: int, failures: list[str]) -> Run:
+            result_bytes: int, failures: list[str], warm: int = 0) -> Run:
     """A session; one that fails is played once more, its failure (and the proxy's complaints) kept for the report."""
     for attempt in (1, 2):
         since = route.proxy.log_offset() if route.proxy else 0
-        run = session(api, path, route, fake, tools, plan, result_bytes)
+        run = session(api, path, route, fake, tools, plan, result_bytes, warm)
         if not run.errors:
             break
         said = route.proxy.log_text(since).splitlines() if route.proxy else []
@@ -880,6 +899,8 @@ def main() -> None:
                     help="the scripted session: on-call (22 turns, 13 tool turns) or release (20 turns, 6 tool turns)")
     ap.add_argument("--detail", action="store_true", help="also list every upstream request of every run")
     ap.add_argument("--turns", type=int, default=0, help="play only the plan's first N turns (0: all)")
+    ap.add_argument("--warm", type=int, default=0,
+                    help="earlier sessions of the same tenant played (and not counted) before the measured one")
     args = ap.parse_args()
     paths = ["direct", *(p for p in args.paths.split(",") if p and p != "direct")]
     if set(paths) - set(PATHS):
@@ -912,7 +933,7 @@ def main() -> None:
                         continue
                     started = time.monotonic()
                     route = Route(fake.url, proxies.get(path))
-                    runs.append(measure(api, path, route, fake, tools, plan, result_bytes, failures))
+                    runs.append(measure(api, path, route, fake, tools, plan, result_bytes, failures, args.warm))
                     print(f"{api} {path}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         finally:
             for proxy in proxies.values():
