@@ -122,7 +122,7 @@ def test_mitmweb_shows_what_the_addon_did(web, fake, browser, tmp_path):
     page = shown(browser, "what the client sent, and what went upstream", "search 1: 'weather forecast' (bm25")
     assert "tools: 60 sent, 1 on the wire, 1 in the prompt" in page and "deferred (search)" in page and "search tool" in page
     assert any(line.startswith("deferred (search)") and line.endswith(f"{TARGET}  ← found, called")
-               for line in page.splitlines())
+               for line in map(str.strip, page.splitlines()))
     screenshot(browser, tmp_path, "mitmweb_flow.png")
     tab(browser, "Comment")
     shown(browser, "60→0 −3.7k tok · classic · 60 tools → 0 loaded", f"search 'weather forecast' → {TARGET}", "2 upstream rounds")
@@ -186,9 +186,9 @@ def ask_in(mode: str, proxy: MitmDump, fake) -> None:
 
 def table(page: str) -> tuple[list[tuple[str, ...]], tuple[int, ...]]:
     """The client flow's per-tool rows (status, sent, wire, prompt, name, this turn) and its totals."""
-    lines = page.splitlines()
+    lines = [line.strip() for line in page.splitlines()]  # mitmweb 12.3 indents the view's text
     start = next(i for i, line in enumerate(lines) if line.startswith("tools: what the client sent"))
-    listed = [m.groups("") for line in lines[start + 3:] if (m := TABLE_ROW.match(line.strip()))]
+    listed = [m.groups("") for line in lines[start + 3:] if (m := TABLE_ROW.match(line))]
     total = next(TOTAL_ROW.match(line) for line in lines[start:] if line.startswith("total"))
     assert total is not None
     return listed, tuple(int(x.replace(",", "")) for x in total.groups())
@@ -252,7 +252,7 @@ def test_the_view_and_the_comment_say_what_telemetry_says(web, fake, browser, tm
     tab(browser, "Request")
     page = shown(browser, "tools in this body (what the model saw)")
     assert "deferred by the client" not in page and "kept" not in page
-    assert sum(line.startswith(how) for line in page.splitlines()) == (deferred if mode == "native" else 0)
+    assert sum(line.startswith(how) for line in map(str.strip, page.splitlines())) == (deferred if mode == "native" else 0)
 
 
 def test_the_report_renders_with_its_plots(browser, tmp_path):
