@@ -6,7 +6,7 @@ tool the model then called; a team's agents use the same tools all day, so what 
 learned should make the next session's first search land.
 
 What is kept, per tenant (``Knowledge``, plain JSON so both session stores hold it): per tool,
-identified by its definition's fingerprint (``tool_id``: a changed tool starts over), how often
+identified by its definition's fingerprint (``Tool.identity``: a changed tool starts over), how often
 it was called, and a weight per query term: raised by a query whose turn went on to call the
 tool, lowered a little by one that ranked it above the called tool. Terms are stored as short
 digests (``term_key``), never as text. Everything decays with a half-life, and the whole is
@@ -56,11 +56,6 @@ DECAY_EVERY = 3600.0  # seconds between two decay passes over a tenant's priors
 CALLS_HALF = 3.0  # calls at which a tool's call count is half its weight toward being kept upfront
 
 
-def tool_id(tool: Tool) -> str:
-    """A tool's identity as priors are keyed by (``Tool.identity``): a changed tool starts over."""
-    return tool.identity
-
-
 @memoize(1 * MiB)  # a tenant's queries repeat their words; a digest per word per search adds up
 def term_key(term: str) -> str:
     """A query term as it is stored: a short digest, so no query text is kept (a term that
@@ -106,17 +101,17 @@ def lesson(searches: Sequence[tuple[str | None, Sequence[str]]], called: Iterabl
     query ranked above a called one, that the model passed over, is a weak negative of that
     query; tools ranked below it say nothing (the model stopped reading where it found its tool)."""
     called = [n for n in dict.fromkeys(called) if n in catalog]
-    out = Lesson(calls=[tool_id(catalog[n]) for n in called])
+    out = Lesson(calls=[catalog[n].identity for n in called])
     keyed = [(query_keys(q), list(names)) for q, names in searches if q and ranked(q)]
     chosen = set(called)
     for name in called:
-        tid = tool_id(catalog[name])
+        tid = catalog[name].identity
         for keys, names in keyed:
             if not keys:
                 continue
             out.positives.append((keys, tid))
             if name in names:
-                out.negatives += [(keys, tool_id(catalog[n])) for n in names[:names.index(name)]
+                out.negatives += [(keys, catalog[n].identity) for n in names[:names.index(name)]
                                   if n not in chosen and n in catalog]
                 break
     return out
@@ -229,22 +224,22 @@ def merge(data: Any, lesson: Lesson, now: float, half_life: float, max_bytes: in
 
 
 class Priors:
-    """A tenant's priors, read-only and indexed for scoring: per term key, the tools it led to
-    with their weights and the term's total positive weight, and per tool its call count."""
+    """A tenant's priors, read-only and indexed for scoring: per term key, the strongest tools
+    it led to with their share of its evidence, and per tool its call count."""
 
     def __init__(self, knowledge: Knowledge):
-        self.postings: dict[str, list[tuple[str, float]]] = {}
+        postings: dict[str, list[tuple[str, float]]] = {}
         self.calls: dict[str, float] = {}
         for tid, entry in knowledge.tools.items():
             if entry["c"] > 0:
                 self.calls[tid] = entry["c"]
             for key, weight in entry["w"].items():
-                self.postings.setdefault(key, []).append((tid, weight))
+                postings.setdefault(key, []).append((tid, weight))
         # What a term is worth: its share of evidence per tool (a word that led to many tools says
         # little about any one), trusted as the term's evidence grows (``CONFIDENCE``); made once
         # here, so a search only adds.
         self.shares: dict[str, list[tuple[str, float]]] = {}
-        for key, posting in self.postings.items():
+        for key, posting in postings.items():
             mass = sum(w for _, w in posting if w > 0)
             if mass > 0:
                 trust = 1.0 / (mass + CONFIDENCE)  # (w / mass) * (mass / (mass + CONFIDENCE))
@@ -253,7 +248,7 @@ class Priors:
                 self.shares[key] = heapq.nlargest(MAX_SHARES, shares, key=lambda s: abs(s[1]))
 
     def __bool__(self) -> bool:
-        return bool(self.postings or self.calls)
+        return bool(self.shares or self.calls)
 
     def scores(self, query: str) -> dict[str, float]:
         """Tool id -> how much of ``query``'s learned words led to it, in [-1, 1]: per known
@@ -277,7 +272,7 @@ class Priors:
         learned = self.scores(query) if query.strip() else {}
         out: dict[str, float] = {}
         for tool in tools:
-            tid = tool_id(tool)
+            tid = tool.identity
             calls, evidence = self.calls.get(tid, 0.0), max(learned.get(tid, 0.0), 0.0)
             if calls or evidence:
                 out[tool.name] = weight * (calls / (calls + CALLS_HALF) + evidence)
@@ -286,7 +281,7 @@ class Priors:
 
 def _ids(tools: Sequence[Tool]) -> tuple[dict[str, str], dict[str, str]]:
     """Tool id -> name, and name -> tool id, for a catalog."""
-    names = {tool_id(t): t.name for t in tools}
+    names = {t.identity: t.name for t in tools}
     return names, {name: tid for tid, name in names.items()}
 
 
