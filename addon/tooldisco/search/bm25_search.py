@@ -33,7 +33,7 @@ from tooldisco.search.documents import FIELD_WEIGHTS, fields
 from tooldisco.search.fuzzy_search import fuzzy_index
 from tooldisco.search.intents import search
 from tooldisco.search.index_cache import IndexCache
-from tooldisco.search.tokens import terms
+from tooldisco.search.tokens import query_terms, terms
 
 K1 = 1.2
 B = 0.5
@@ -95,12 +95,12 @@ class BM25Index:
         times the share of the query's terms the tool has, to the power ``coordination``;
         plus, for tools with a score, the words of the kinds of value the query carries
         (``cues``) at their weight."""
-        query_terms = set(terms(query))
-        scores = self._sum(query_terms)
-        if coordination and query_terms:
-            matched = self._sum(query_terms, counts=True)
-            scores *= (matched / len(query_terms)) ** coordination
-        if (cued := set(terms(" ".join(cues.cue_words(query))))) and scores.any():
+        asked = set(query_terms(query))
+        scores = self._sum(asked)
+        if coordination and asked:
+            matched = self._sum(asked, counts=True)
+            scores *= (matched / len(asked)) ** coordination
+        if (cued := set(query_terms(" ".join(cues.cue_words(query))))) and scores.any():
             scores += np.where(scores > 0, cues.WEIGHT * self._sum(cued), 0.0).astype(np.float32)
         return scores
 

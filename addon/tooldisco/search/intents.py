@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 import regex
 
-from tooldisco.search.tokens import terms
+from tooldisco.search.tokens import query_terms
 
 #: Scores of every tool for each text (one row per text); -inf marks a tool that is no
 #: candidate for that text (no term in common, too dissimilar).
@@ -56,7 +56,7 @@ def split_intents(query: str) -> list[str]:
 def _parts(separator: regex.Pattern[str], text: str) -> list[str]:
     """``text`` cut at ``separator``, leading sequencers ("then") dropped, word-less parts too."""
     parts = (_LEADING.sub("", p.strip()) for p in separator.split(text) if p)
-    return [p for p in parts if terms(p)]
+    return [p for p in parts if query_terms(p)]
 
 
 def ranked(scores: np.ndarray, limit: int, tiebreak: np.ndarray | None = None) -> list[int]:
@@ -81,7 +81,8 @@ def search(
         return whole[: max(limit, 0)]
     pool = list(dict.fromkeys(whole[:POOL] + [i for row in rows[1:] for i in ranked(row, PER_INTENT, tiebreak)]))
     picked = _xquad(rows, pool, parts, min(limit, MAX_DIVERSIFIED), diversity)
-    rest = [i for i in whole if i not in set(picked)]
+    chosen = set(picked)
+    rest = [i for i in whole if i not in chosen]
     return (picked + rest)[: max(limit, 0)]
 
 
@@ -91,17 +92,19 @@ def _xquad(rows: np.ndarray, pool: list[int], parts: list[str], k: int, diversit
     scores = rows[:, pool]
     relevance = _unit(scores[0])
     coverage = np.stack([_unit(row) for row in scores[1:]])  # intent x candidate, in [0, 1]
-    weights = np.array([len(set(terms(p))) for p in parts], dtype=np.float64)
+    weights = np.array([len(set(query_terms(p))) for p in parts], dtype=np.float64)
     weights /= weights.sum()
     uncovered = np.ones(len(parts))
     available = np.isfinite(scores[0])
+    own = (1 - diversity) * relevance
+    taken = np.where(available, 0.0, -np.inf)  # -inf once picked, or never a candidate
     picked: list[int] = []
     for _ in range(min(k, int(available.sum()))):
-        worth = (1 - diversity) * relevance + diversity * (weights * uncovered) @ coverage
-        worth[~available] = -np.inf
+        worth = own + diversity * ((weights * uncovered) @ coverage)
+        worth += taken
         best = int(np.argmax(worth))  # first of equals: the whole query's order
         picked.append(pool[best])
-        available[best] = False
+        taken[best] = -np.inf
         uncovered *= 1.0 - coverage[:, best]
     return picked
 

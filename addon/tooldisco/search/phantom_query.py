@@ -41,7 +41,7 @@ from tooldisco.core.types import Tool
 from tooldisco.search.base import QueryError, Searcher, check_query
 from tooldisco.search.brief import brief, definition
 from tooldisco.search.names import MAX_NAMED, name_index
-from tooldisco.search.tokens import terms
+from tooldisco.search.tokens import query_terms, terms
 
 LIST_ALL = "*"
 MAX_LISTED = 300  # names in one listing answer
@@ -137,7 +137,7 @@ def _nothing_found(query: str, catalog: Sequence[Tool]) -> str:
 def _weak(query: str, top: Tool) -> bool:
     """Whether the best hit shares under a third of the query's words: likely not what was
     meant, so the answer says so and offers the nearest servers."""
-    asked = set(terms(query))
+    asked = set(query_terms(query))
     return len(asked) >= 3 and len(asked & set(terms(top.search_text))) * 3 < len(asked)
 
 

@@ -21,21 +21,20 @@ tool the query names still comes first.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
-from tooldisco.core.bytecache import MiB, memoize
 from tooldisco.core.types import Tool
 from tooldisco.search.base import Ranking, Searcher, SearcherBase, as_catalog
 from tooldisco.search.index_cache import IndexCache
 from tooldisco.search.phantom_query import LIST_ALL, SELECT_PREFIX
-from tooldisco.search.tokens import terms
+from tooldisco.search.tokens import SHORT_WORD, query_terms
 
 VERSION = 1
 MAX_QUERY_TERMS = 64  # terms of one query learned from or scored (a task told at length keeps its verb)
@@ -43,29 +42,37 @@ MAX_TERMS_PER_TOOL = 64  # the strongest kept per tool
 POSITIVE = 1.0  # a query whose turn called the tool
 NEGATIVE = -0.25  # a query that ranked the tool above the one the model called
 FLOOR = 0.02  # weights and counts decayed below this are dropped
-DEPTH = 4  # the backend is asked for this many times the limit, at least ``MIN_DEPTH``
-MIN_DEPTH = 20
+DEPTH = 2  # the backend is asked for this many times the limit, at least ``MIN_DEPTH``
+MIN_DEPTH = 10
 RRF_K = 10.0  # reciprocal-rank constant of the backend's side
 # The learned side's weight: a tool every known word of the query led to, and only it, scores
 # six times the backend's first place (1 / RRF_K), so strong evidence wins and weak evidence
 # reorders only what the backend ranked close.
 PRIOR_WEIGHT = 0.6
 CONFIDENCE = 0.3  # a term's evidence at which it is trusted half
-MAX_SHARES = 16  # tools a word's evidence is scored for, the strongest
+MAX_SHARES = 8  # tools a word's evidence is scored for, the strongest
+MIN_SHARE = 0.1  # a smaller share of a word's evidence cannot reorder a ranking: not scored
 DECAY_EVERY = 3600.0  # seconds between two decay passes over a tenant's priors
 CALLS_HALF = 3.0  # calls at which a tool's call count is half its weight toward being kept upfront
 
 
-@memoize(1 * MiB)  # a tenant's queries repeat their words; a digest per word per search adds up
 def term_key(term: str) -> str:
     """A query term as it is stored: a short digest, so no query text is kept (a term that
-    occurs in some tool's definition can be guessed back; a user's words cannot be read)."""
+    occurs in some tool's definition can be guessed back; a user's words cannot be read).
+    Memoised for usual words: every search digests each of its words."""
+    return _short_term_key(term) if len(term) <= SHORT_WORD else _term_key(term)
+
+
+def _term_key(term: str) -> str:
     return hashlib.blake2b(term.encode("utf-8", "replace"), digest_size=4, person=b"tooldisco-term").hexdigest()
+
+
+_short_term_key = functools.lru_cache(maxsize=8192)(_term_key)
 
 
 def query_keys(query: str) -> list[str]:
     """The stored keys of a query's distinct terms, in order, at most ``MAX_QUERY_TERMS``."""
-    return [term_key(t) for t in list(dict.fromkeys(terms(query)))[:MAX_QUERY_TERMS]]
+    return [term_key(t) for t in list(dict.fromkeys(query_terms(query)))[:MAX_QUERY_TERMS]]
 
 
 def ranked(query: str) -> bool:
@@ -243,9 +250,11 @@ class Priors:
             mass = sum(w for _, w in posting if w > 0)
             if mass > 0:
                 trust = 1.0 / (mass + CONFIDENCE)  # (w / mass) * (mass / (mass + CONFIDENCE))
-                shares = [(tid, w * trust) for tid, w in posting]
-                # A word that led to many tools gives each a sliver: only its strongest count.
-                self.shares[key] = heapq.nlargest(MAX_SHARES, shares, key=lambda s: abs(s[1]))
+                # A word that led to many tools gives each a sliver: only its strongest count,
+                # and none too weak to move a ranking.
+                shares = [(tid, share) for tid, w in posting if abs(share := w * trust) >= MIN_SHARE]
+                if shares:
+                    self.shares[key] = heapq.nlargest(MAX_SHARES, shares, key=lambda s: abs(s[1]))
 
     def __bool__(self) -> bool:
         return bool(self.shares or self.calls)
@@ -255,14 +264,15 @@ class Priors:
         term, the tool's share of the term's evidence times the trust in the term, averaged
         over the known terms (negative: ranked above the called tool and passed over)."""
         found = [share for k in query_keys(query) if (share := self.shares.get(k)) is not None]
+        if len(found) <= 1:
+            return dict(found[0]) if found else {}
         out: dict[str, float] = {}
+        get = out.get
         for share in found:
             for tid, value in share:
-                out[tid] = out.get(tid, 0.0) + value
-        if len(found) > 1:
-            for tid in out:
-                out[tid] /= len(found)
-        return out
+                out[tid] = get(tid, 0.0) + value
+        known = len(found)
+        return {tid: value / known for tid, value in out.items()}
 
     def bonus(self, query: str, tools: Sequence[Tool], weight: float) -> dict[str, float]:
         """Per tool name, what the tenant's traffic says for keeping it loaded: how often it was
@@ -304,17 +314,18 @@ class Learned(SearcherBase):
         depth = max(limit * DEPTH, MIN_DEPTH)
         ranking = self.inner.rank(query, tools, depth)
         names, ids = _IDS.get(tools)
-        fused: dict[str, float] = {name: 1.0 / (RRF_K + r) for r, name in enumerate(ranking.names)}
-        # The backend's candidates with what was learned of them, and the tools learned strongest
-        # for these words (a tool the backend missed); a long tail of weak evidence is not scored.
-        for name in ranking.names:
-            if (tid := ids.get(name)) is not None and tid in learned:
-                fused[name] += PRIOR_WEIGHT * learned[tid]
-        for tid, evidence in heapq.nlargest(depth, learned.items(), key=itemgetter(1)):
-            name = names.get(tid)
-            if evidence > 0 and name is not None and name not in fused:
-                fused[name] = PRIOR_WEIGHT * evidence
-        position = {name: r for r, name in enumerate(ranking.names)}
-        best = heapq.nsmallest(limit, (n for n, score in fused.items() if score > 0),
-                               key=lambda n: (-fused[n], position.get(n, depth), n))
+        # The backend's candidates, each with what was learned of it ...
+        fused: dict[str, float] = {}
+        for r, name in enumerate(ranking.names):
+            tid = ids.get(name)
+            fused[name] = 1.0 / (RRF_K + r) + (PRIOR_WEIGHT * learned.get(tid, 0.0) if tid is not None else 0.0)
+        candidates = sorted((-score, r, name) for r, (name, score) in enumerate(fused.items()) if score > 0)
+        # ... and the tools learned strongest for these words that the backend missed: only those
+        # scoring above the ``limit``-th candidate can place.
+        bar = -candidates[limit - 1][0] / PRIOR_WEIGHT if 0 < limit <= len(candidates) else 0.0
+        missed = [(-PRIOR_WEIGHT * evidence, depth, name) for tid, evidence in learned.items()
+                  if evidence > bar and (name := names.get(tid)) is not None and name not in fused]
+        if missed:
+            candidates = sorted(candidates + missed)
+        best = [name for _, _, name in candidates[:limit]]
         return Ranking(best, ranking.backend, ranking.fallback, ranking.group)

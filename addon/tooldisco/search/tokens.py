@@ -10,6 +10,8 @@ queries) and stem with Snowball, so "forecasts" meets "forecast" and "booking" m
 
 from __future__ import annotations
 
+import functools
+
 import regex
 import snowballstemmer
 
@@ -35,13 +37,38 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-@memoize(4 * MiB)
-def stem(word: str) -> str:
-    """Snowball (Porter 2) English stem; memoised, since catalogs repeat their words (by
-    bytes: a "word" of a tool description can be any length)."""
+SHORT_WORD = 24  # characters up to which a word's stem is memoised by count (nearly every word)
+MAX_QUERY_MEMO = 2000  # characters up to which a query's terms are memoised
+
+
+@functools.lru_cache(maxsize=16384)  # about 4 MiB at most
+def _stem_short(word: str) -> str:
     return _STEMMER.stemWord(word)
+
+
+@memoize(1 * MiB)
+def _stem_long(word: str) -> str:
+    return _STEMMER.stemWord(word)
+
+
+def stem(word: str) -> str:
+    """Snowball (Porter 2) English stem, memoised: catalogs and queries repeat their words.
+    Short words (nearly all) sit in a counted cache, fast enough for every word of every search;
+    a longer "word" (a tool description can hold any) is charged by its bytes."""
+    return _stem_short(word) if len(word) <= SHORT_WORD else _stem_long(word)
 
 
 def terms(text: str) -> list[str]:
     """Stemmed content words: what the BM25 index and its queries are made of."""
     return [stem(w) for w in words(text) if w not in STOPWORDS]
+
+
+@functools.lru_cache(maxsize=64)
+def _query_terms(query: str) -> tuple[str, ...]:
+    return tuple(terms(query))
+
+
+def query_terms(query: str) -> tuple[str, ...]:
+    """``terms`` of a search query, memoised for the few latest queries: one search reads
+    its query's terms several times (the backend, its intents, the learned priors)."""
+    return _query_terms(query) if len(query) <= MAX_QUERY_MEMO else tuple(terms(query))
