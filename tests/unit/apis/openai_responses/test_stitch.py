@@ -279,3 +279,18 @@ def test_upstream_response_failed_is_stitched_and_reported(chunker: Chunker) -> 
     assert payloads[-1]["type"] == "response.failed" and final["error"] == error
     assert decoded(out) == expected([ROUND_SEARCH, second])
     assert final["usage"]["input_tokens"] == 1010
+
+
+def test_the_echo_goes_out_as_the_client_wrote_it() -> None:
+    """The echoed ``tools`` are the client's own bytes (its escapes, its spacing), spliced into
+    the events that carry them, not parsed and re-serialized: a catalog of thousands of tools
+    costs no JSON work per event. The SDK reads the same values."""
+    tools = '[ {"type": "function", "name": "shell", "description": "caf\\u00e9 \\/ runs", "parameters": {}} ]'
+    body = '{"model": "gpt-5-codex", "input": "hi", "stream": true, "tools": ' + tools + ', "tool_choice": "auto"}'
+    data = upstream(message("Hello.", "msg_1"), rid="resp_1")
+    out, _ = run([data], whole, body)
+    carrying = [e for e in out.split(b"\n\n") if b'"response"' in e]
+    assert len(carrying) == 3  # created, in_progress, completed
+    assert all(tools.encode() in e for e in carrying)
+    final = openai_responses_final(out, chunk=29)
+    assert final["tools"] == json.loads(tools) and P.encode() not in out
