@@ -77,8 +77,7 @@ class ResponsesStitcher(Stitcher):
         self._splices = [(json.dumps(self._echo[key]), raw) for key, raw in self._raw_echo.items()]
         self._client_named_phantom = bool(phantom) and phantom in body
         self._parsed_echo: dict[str, Any] | None = None  # the client's echo parsed, when a comparison needs it
-        model = jsonspan.find(body, ["model"])  # the whole body is the conversation: decode one member
-        self._model = json.loads(body[model[0]:model[1]]) if model is not None else None
+        self._body = body  # its ``model`` is read only for a failure before any upstream response
         self._seq = 0  # the client's next sequence_number
         self._next_index = 0  # the client's next output_index
         self._shown: dict[str, Any] | None = None  # the finished visible rounds, merged
@@ -271,8 +270,11 @@ class ResponsesStitcher(Stitcher):
 
     def _bare(self) -> dict[str, Any]:
         """A response object for a failure before the upstream sent any (the API's fields)."""
+        model = jsonspan.find(self._body, ["model"])  # the whole body is the conversation: decode one member
         return {"id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": int(time.time()),
-                "status": "failed", "error": None, "model": self._model, "output": [], "usage": None,
+                "status": "failed", "error": None,
+                "model": json.loads(self._body[model[0]:model[1]]) if model is not None else None,
+                "output": [], "usage": None,
                 **self._echo}
 
     def _next_seq(self) -> int:

@@ -322,3 +322,20 @@ def test_adapter_does_not_mutate_inputs():
     R.merge([m, m])
     R.append_round(codex_body(), m, [ToolResult(R.calls(m)[0], "x")], [])
     assert m == before
+
+
+def test_echoed_fields_find_an_absent_member_without_walking_the_body(monkeypatch) -> None:
+    """A ``tool_choice`` the body cannot hold (no literal, no ``\\u`` escape) is the API's
+    default without a walk of the body (a catalog of thousands of tools); one written with
+    escapes is still found."""
+    from tooldisco.apis.openai_responses import messages
+    from tooldisco.core import jsonspan
+
+    looked: list[str] = []
+    find = jsonspan.find
+    monkeypatch.setattr(jsonspan, "find", lambda text, path, *a: looked.append(path[0]) or find(text, path, *a))
+    body = '{"model": "gpt-5", "input": "hi", "tools": [{"type": "function", "name": "a"}]}'
+    assert messages.echoed_fields(body) == {"tools": '[{"type": "function", "name": "a"}]', "tool_choice": '"auto"'}
+    assert looked == ["tools"]
+    escaped = '{"input": "caf\\u00e9", "tools": [], "tool\\u005fchoice": "required"}'
+    assert messages.echoed_fields(escaped) == {"tools": "[]", "tool_choice": '"required"'}
