@@ -118,6 +118,11 @@ class Stitcher(ABC):
         was relayed, but cannot be sent back upstream as the model wrote it."""
         return bool(self._decoder.cut)
 
+    def shown(self) -> StreamDecoder | None:
+        """The client's stream as its SDK assembles it, when the stitcher assembles it itself from
+        the events it emits (no second parse of its own output); None: the runner decodes it."""
+        return None
+
     @abstractmethod
     def finish(self) -> bytes: ...
 

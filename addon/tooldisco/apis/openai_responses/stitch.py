@@ -77,6 +77,9 @@ class ResponsesStitcher(Stitcher):
         self._splices = [(json.dumps(self._echo[key]), raw) for key, raw in self._raw_echo.items()]
         self._client_named_phantom = bool(phantom) and phantom in body
         self._parsed_echo: dict[str, Any] | None = None  # the client's echo parsed, when a comparison needs it
+        # The client's stream assembled from the events as they are emitted; its echoed fields
+        # are the placeholders (what the session keeps of a turn is its output, not its echo).
+        self._client = ResponsesStreamDecoder()
         self._body = body  # its ``model`` is read only for a failure before any upstream response
         self._seq = 0  # the client's next sequence_number
         self._next_index = 0  # the client's next output_index
@@ -210,10 +213,17 @@ class ResponsesStitcher(Stitcher):
         """An upstream event as the client's next one: raw when nothing in it changes."""
         fields["sequence_number"] = self._next_seq()
         changed = {k: v for k, v in fields.items() if k not in event.data or event.data[k] != v}
-        self._out += self._encode({**event.data, **changed}, event.type) if changed else event.raw
+        data = {**event.data, **changed} if changed else event.data
+        self._client.assembler.apply(event.type, data)
+        self._out += self._encode(data, event.type) if changed else event.raw
 
     def _emit_new(self, kind: str, **fields: Any) -> None:
-        self._out += self._encode({"type": kind, "sequence_number": self._next_seq(), **fields}, kind)
+        data = {"type": kind, "sequence_number": self._next_seq(), **fields}
+        self._client.assembler.apply(kind, data)
+        self._out += self._encode(data, kind)
+
+    def shown(self) -> ResponsesStreamDecoder:
+        return self._client
 
     def _encode(self, event: dict[str, Any], kind: str) -> bytes:
         """One event on the wire, the echo placeholders replaced by the client's own JSON."""

@@ -294,3 +294,21 @@ def test_the_echo_goes_out_as_the_client_wrote_it() -> None:
     assert all(tools.encode() in e for e in carrying)
     final = openai_responses_final(out, chunk=29)
     assert final["tools"] == json.loads(tools) and P.encode() not in out
+
+
+@pytest.mark.parametrize("rounds", [[ROUND_ANSWER], [ROUND_SEARCH, ROUND_ANSWER], [ROUND_MIXED]],
+                         ids=["answer", "search", "mixed"])
+def test_the_stitcher_assembles_what_the_client_assembles(rounds: list[bytes]) -> None:
+    """``shown()``: the client's message assembled from the events as they were emitted, so the
+    runner does not parse the stitched stream (whose lifecycle events carry the whole catalog)
+    a second time. Its output and id are the client's; its echo is not kept."""
+    stitcher = R.stitcher(P, BODY)
+    out = bytearray()
+    for i, data in enumerate(rounds):
+        if i:
+            stitcher.next_round()
+        out += stitcher.feed(data)
+        stitcher.end_round()
+    out += stitcher.finish()
+    client, ours = decoder_of(R, bytes(out)).message(), stitcher.shown().message()
+    assert ours["output"] == client["output"] and ours["id"] == client["id"] and ours["usage"] == client["usage"]
