@@ -173,8 +173,10 @@ class Cell:
 
 
 def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turns: int
-              ) -> tuple[dict[tuple[str, str, str], Cell], dict[str, Counter[str]], float]:
-    """(cells by (api, kind, proxy), the addon's deferral modes per provider, load average)."""
+              ) -> tuple[dict[tuple[str, str, str], Cell], dict[str, Counter[str]],
+                         dict[tuple[str, bool], list[float]], float]:
+    """(cells by (api, kind, proxy), the addon's deferral modes per provider, its planning times
+    (telemetry's ``processing_ms``, s) per provider and streaming, load average)."""
     import httpx
     import psutil
 
@@ -245,19 +247,22 @@ def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turn
                 proxy.stop()
             fake.stop()
         modes: dict[str, Counter[str]] = defaultdict(Counter)
+        planning: dict[tuple[str, bool], list[float]] = defaultdict(list)
         telemetry = proxies["addon"].workdir / "telemetry.jsonl"
         for line in telemetry.read_text().splitlines() if telemetry.exists() else []:
             rec = json.loads(line)
             modes[rec["provider"]][rec.get("deferral") or rec.get("fallback_reason") or "unprocessed"] += 1
-    return cells, modes, os.getloadavg()[1]
+            planning[rec["provider"], bool(rec.get("stream"))].append(rec["processing_ms"] / 1000)
+    return cells, modes, planning, os.getloadavg()[1]
 
 
 PROVIDER = {"anthropic": "anthropic", "chat": "openai_chat", "responses": "openai_responses", "gemini": "gemini",
             "converse": "bedrock_converse", "invoke": "bedrock_invoke"}
 
 
-def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter[str]], load: float, tools: int,
-               turns: int, rounds: int, session_turns: int) -> None:
+def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter[str]],
+               planning: dict[tuple[str, bool], list[float]], load: float, tools: int, turns: int, rounds: int,
+               session_turns: int) -> None:
     rows = []
     for tag in dict.fromkeys(k[0] for k in cells):
         mode = ", ".join(m for m, _ in modes.get(PROVIDER[tag], Counter()).most_common()) or "?"
@@ -265,8 +270,12 @@ def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter
             plain, addon = cells.get((tag, kind, "mitmdump")), cells.get((tag, kind, "addon"))
             if plain is None or addon is None:
                 continue
+            plan = planning.get((PROVIDER[tag], kind == "stream"), [])
+            extra = addon.cpu_total / addon.turns - plain.cpu_total / plain.turns
             rows.append((tag, mode, kind, p50_p95(plain.cpu, 1000), p50_p95(addon.cpu, 1000),
                          ratio(addon.cpu_total / addon.turns, plain.cpu_total / plain.turns),
+                         f"{extra * 1000:+.1f}", p50_p95(plan, 1000),
+                         f"{(extra - percentile(plan, 50)) * 1000:+.1f}" if plan else "n/a",
                          p50_p95(plain.latencies, 1000), p50_p95(addon.latencies, 1000),
                          f"{(percentile(addon.latencies, 50) - percentile(plain.latencies, 50)) * 1000:+.1f} / "
                          f"{(percentile(addon.latencies, 95) - percentile(plain.latencies, 95)) * 1000:+.1f}",
@@ -275,9 +284,13 @@ def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter
             f"kept-alive client ({rounds} rounds of {turns} turns per proxy, alternating; load average {load:.2f} "
             f"on {os.cpu_count()} CPUs)",
             ["API", "addon's deferral", "answer", "plain CPU ms/turn p50 / p95:", "addon CPU ms/turn p50 / p95:",
-             "addon / plain CPU:", "plain latency ms p50 / p95:", "addon latency ms:", "addon − plain ms p50 / p95:",
+             "addon / plain CPU:", "addon − plain CPU ms:", "of it planning ms p50 / p95:", "rest ms:",
+             "plain latency ms p50 / p95:", "addon latency ms:", "addon − plain ms p50 / p95:",
              "throughput addon / plain:"], rows,
-            "CPU p50 / p95 over the blocks of turns; the ratio is of all turns' CPU. Acceptance: CPU ≤ 1.5 × plain's, "
+            "CPU p50 / p95 over the blocks of turns; the ratio and the difference are of all turns' CPU. *planning*: "
+            "`Engine.prepare` (telemetry's `processing_ms`, wall time on a planning thread, so about its CPU when "
+            "turns come one at a time); *rest*: the addon's CPU beyond plain's and the planning's median (hooks, "
+            "relay, upstream client, stream codecs, loop, telemetry, log line). Acceptance: CPU ≤ 1.5 × plain's, "
             "sequential throughput ≥ 0.9 × plain's.")
 
 
