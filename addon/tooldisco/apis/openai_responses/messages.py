@@ -44,6 +44,7 @@ def phantom_call(item: Any, names: Collection[str]) -> bool:
 # A Response echoes the request's ``tools`` and ``tool_choice``; for a field the request left
 # out the API echoes these values.
 _ECHO_DEFAULTS = {"tools": "[]", "tool_choice": '"auto"'}
+ECHOED = frozenset(_ECHO_DEFAULTS)
 
 
 def echoed_fields(body: str) -> dict[str, str]:
