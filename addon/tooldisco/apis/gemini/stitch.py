@@ -112,6 +112,7 @@ class GeminiStitcher(Stitcher):
         self.sse = sse
         self.dispatch = dispatch
         self._decoder = GeminiStreamDecoder()
+        self._client = GeminiStreamDecoder()  # fed the chunks the client gets (``shown``)
         self._unsigned: set[int] = set()  # candidates whose hidden call held the step's signature
         self._ranks: dict[int, int] = {}  # candidate -> its calls so far this round (``call_of``'s rank)
         self._held: list[tuple[Event, dict[str, Any] | None]] = []  # the finishing chunk and any after it, as shown
@@ -254,6 +255,7 @@ class GeminiStitcher(Stitcher):
         """``data`` in the client's framing: the upstream's bytes when it is the event's own
         unchanged payload and they are whole, else re-encoded."""
         unchanged = data is event.data and bool(event.raw)
+        self._show(event.type, data)
         if self.sse:
             return event.raw if unchanged else encode_event(dumps(data), newline=SSE_NEWLINE)
         match = _ELEMENT_PREFIX.match(event.raw)

@@ -214,16 +214,13 @@ class ResponsesStitcher(Stitcher):
         fields["sequence_number"] = self._next_seq()
         changed = {k: v for k, v in fields.items() if k not in event.data or event.data[k] != v}
         data = {**event.data, **changed} if changed else event.data
-        self._client.assembler.apply(event.type, data)
+        self._show(event.type, data)
         self._out += self._encode(data, event.type) if changed else event.raw
 
     def _emit_new(self, kind: str, **fields: Any) -> None:
         data = {"type": kind, "sequence_number": self._next_seq(), **fields}
-        self._client.assembler.apply(kind, data)
+        self._show(kind, data)
         self._out += self._encode(data, kind)
-
-    def shown(self) -> ResponsesStreamDecoder:
-        return self._client
 
     def _encode(self, event: dict[str, Any], kind: str) -> bytes:
         """One event on the wire, the echo placeholders replaced by the client's own JSON."""
