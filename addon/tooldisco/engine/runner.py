@@ -161,13 +161,17 @@ class LoopRunner:
         sent, last, shown_message = self._sent or ctx.body, self._last, finish.message if seen is None else seen
         hidden = list(loop.unanswered) if finish.reason == "mixed" else []
 
+        # max_loops: the last round searched only; an unreadable client stream: nothing to match
+        keep = bool(shown_message) and finish.reason in ("done", "mixed")
+        if not (expanded or (head and shown) or keep):
+            return  # nothing to write: no hand-off to the store's threads
+
         def write() -> None:
             if expanded:
                 self.store.update(ctx.session, lambda s: s.expand(expanded))
             if head and shown:
                 self.store.link(ctx.tenant, shown, ctx.session, pending, head if shown != head else None)
-            # max_loops: the last round searched only; an unreadable client stream: nothing to match
-            if shown_message and finish.reason in ("done", "mixed"):
+            if keep:
                 self._keep_rounds(sent, last, shown_message, hidden)
 
         await run_store(write)
