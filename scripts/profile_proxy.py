@@ -51,13 +51,13 @@ STARTUP = ("Script.loadscript (mitmproxy/addons/script.py", "_find_and_load (<fr
 class SpiedMitmDump(MitmDump):
     """mitmdump started under ``py-spy record``; ``stop`` ends mitmdump, then py-spy writes."""
 
-    def __init__(self, *args, output: Path, rate: int, **kw) -> None:
+    def __init__(self, *args, output: Path, rate: int, gil: bool, **kw) -> None:
         super().__init__(*args, **kw)
-        self.output, self.rate = output, rate
+        self.output, self.rate, self.gil = output, rate, gil
 
     def command(self, port: int = 0) -> list[str]:
         return [str(PY_SPY), "record", "--format", "raw", "--output", str(self.output), "--rate", str(self.rate),
-                "--nonblocking", "--threads", "--", *super().command(port)]
+                "--nonblocking", "--threads", *(["--gil"] if self.gil else []), "--", *super().command(port)]
 
     def stop(self, timeout: float = 60.0) -> int | None:
         if self.proc is not None and self.proc.poll() is None:
@@ -162,6 +162,9 @@ def main() -> None:
     ap.add_argument("--session-turns", type=int, default=5, help="turns per session (1: every turn a new session)")
     ap.add_argument("--rate", type=int, default=500, help="py-spy samples per second")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--gil", action="store_true",
+                    help="sample only the thread holding the GIL (Python's own CPU, attributed exactly; the time "
+                         "threads spend waiting for the GIL, and C code that released it, left out)")
     ap.add_argument("--raw", type=Path, help="keep py-spy's collapsed stacks in this file")
     args = ap.parse_args()
     apis, kinds = [a for a in args.apis.split(",") if a], [k for k in args.kinds.split(",") if k]
@@ -173,7 +176,7 @@ def main() -> None:
         fake = bench_ttfb.Fake(0.0, tmp / "fake.log")
         raw = args.raw or tmp / "stacks.txt"
         proxy = SpiedMitmDump(tmp / "addon", fake.url, script=ADDON_PATH, config=bench_ttfb.addon_config,
-                              name="addon", output=raw, rate=args.rate)
+                              name="addon", output=raw, rate=args.rate, gil=args.gil)
         try:
             fake.reset(0.0)
             proxy.start()
