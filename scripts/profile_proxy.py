@@ -51,13 +51,13 @@ STARTUP = ("Script.loadscript (mitmproxy/addons/script.py", "_find_and_load (<fr
 class SpiedMitmDump(MitmDump):
     """mitmdump started under ``py-spy record``; ``stop`` ends mitmdump, then py-spy writes."""
 
-    def __init__(self, *args, output: Path, rate: int, gil: bool, **kw) -> None:
+    def __init__(self, *args, output: Path, rate: int, gil: bool, native: bool, **kw) -> None:
         super().__init__(*args, **kw)
-        self.output, self.rate, self.gil = output, rate, gil
+        self.output, self.rate, self.gil, self.native = output, rate, gil, native
 
     def command(self, port: int = 0) -> list[str]:
         return [str(PY_SPY), "record", "--format", "raw", "--output", str(self.output), "--rate", str(self.rate),
-                "--nonblocking", "--threads", *(["--gil"] if self.gil else []), "--", *super().command(port)]
+                *(["--native"] if self.native else ["--nonblocking"]), "--threads", *(["--gil"] if self.gil else []), "--", *super().command(port)]
 
     def stop(self, timeout: float = 60.0) -> int | None:
         if self.proc is not None and self.proc.poll() is None:
@@ -165,6 +165,9 @@ def main() -> None:
     ap.add_argument("--gil", action="store_true",
                     help="sample only the thread holding the GIL (Python's own CPU, attributed exactly; the time "
                          "threads spend waiting for the GIL, and C code that released it, left out)")
+    ap.add_argument("--native", action="store_true",
+                    help="C frames too (the garbage collector, TLS, the JSON scanner); py-spy then pauses the "
+                         "process at each sample")
     ap.add_argument("--raw", type=Path, help="keep py-spy's collapsed stacks in this file")
     args = ap.parse_args()
     apis, kinds = [a for a in args.apis.split(",") if a], [k for k in args.kinds.split(",") if k]
@@ -176,7 +179,8 @@ def main() -> None:
         fake = bench_ttfb.Fake(0.0, tmp / "fake.log")
         raw = args.raw or tmp / "stacks.txt"
         proxy = SpiedMitmDump(tmp / "addon", fake.url, script=ADDON_PATH, config=bench_ttfb.addon_config,
-                              name="addon", output=raw, rate=args.rate, gil=args.gil)
+                              name="addon", output=raw, rate=args.rate, gil=args.gil,
+                              native=args.native)
         try:
             fake.reset(0.0)
             proxy.start()
