@@ -394,14 +394,21 @@ def report(results: list[Target], sessions: int, turns: int, pace: tuple[float, 
           f"{sum(map(searches, range(turns)))} of {turns} turns searching, {paced}, {flow}\n")
     plain = next((r for r in results if r.name == "mitmdump"), None)
     base = plain.outcome.latencies if plain is not None else []
-    print(table(["proxy", "turns:", "turns/s:", "p50 ms:", "p95 ms:", "p99 ms:", "p95 / mitmdump:",
-                 "mitmdump CPU ms/turn:", "errors:", "lost:", "crossed:", "addon fail-open:", "RSS before MiB:",
-                 "RSS after MiB:", "RSS peak MiB:"],
-                [(r.name, len(r.outcome.latencies), f"{len(r.outcome.latencies) / r.outcome.seconds:,.1f}",
+    def rate(r: Target) -> float:
+        return len(r.outcome.latencies) / r.outcome.seconds if r.outcome.seconds else float("nan")
+
+    def cpu(r: Target) -> float:
+        return r.cpu / max(len(r.outcome.latencies), 1)
+
+    print(table(["proxy", "turns:", "turns/s:", "turns/s / mitmdump:", "p50 ms:", "p95 ms:", "p99 ms:",
+                 "p50 / mitmdump:", "p95 / mitmdump:", "mitmdump CPU ms/turn:", "CPU / mitmdump:", "errors:", "lost:",
+                 "crossed:", "addon fail-open:", "RSS before MiB:", "RSS after MiB:", "RSS peak MiB:"],
+                [(r.name, len(r.outcome.latencies), f"{rate(r):,.1f}", ratio(rate(r), rate(plain)) if plain else "n/a",
                   f"{latency_ms(r.outcome.latencies, 50):,.0f}", f"{latency_ms(r.outcome.latencies, 95):,.0f}",
                   f"{latency_ms(r.outcome.latencies, 99):,.0f}",
+                  ratio(percentile(r.outcome.latencies, 50), percentile(base, 50)) if base else "n/a",
                   ratio(percentile(r.outcome.latencies, 95), percentile(base, 95)) if base else "n/a",
-                  f"{r.cpu / max(len(r.outcome.latencies), 1) * 1000:,.1f}", len(r.outcome.errors),
+                  f"{cpu(r) * 1000:,.1f}", ratio(cpu(r), cpu(plain)) if plain else "n/a", len(r.outcome.errors),
                   len(r.outcome.lost), len(r.outcome.crossed), r.failed_open, f"{r.rss_before / MiB:,.0f}",
                   f"{r.rss_after / MiB:,.0f}", f"{r.rss.peak / MiB:,.0f}") for r in results]))
     ok = True

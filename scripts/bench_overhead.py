@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""The addon's own cost: engine time per request, and proxy throughput with vs without it.
+"""The addon's own cost: engine time per request, and the mitmdump process's CPU and latency per
+turn with vs without it.
 
     .venv/bin/python scripts/bench_overhead.py [--requests 200] [--proxy-requests 300] [--sizes 50,500,5000]
+        [--cpu-tools 500] [--cpu-turns 20] [--cpu-rounds 6] [--cpu-apis anthropic,chat,responses,gemini,converse]
 
 Part 1 times ``Engine.prepare`` (parse, score, session read/write, rewrite) on Anthropic
 bodies with 50, 500 and 5,000 tools, per strategy, against the stdlib json floor measured in
@@ -9,15 +11,31 @@ the same run (``json.loads`` and ``json.dumps`` of the same body: the least any 
 rewrites a body pays). Part 2 starts the fake provider and two real mitmdump processes, one
 plain and one with the addon (the shipped config on relevance, 60 tools), and sends the same
 requests through each in the same run: req/s and latency p50/p95, and the ratios.
+
+Part 3, CPU per turn: the fake provider (its own process, unpaced) behind a plain mitmdump and
+a mitmdump + the addon on the shipped config, both up at once; per API and per answer kind
+(JSON, streamed), ``--cpu-rounds`` rounds of ``--cpu-turns`` sequential turns on one kept-alive
+client per proxy, the two proxies alternating block by block (the order swapped every round),
+each turn with ``--cpu-tools`` tools and no search, in sessions of ``--cpu-session-turns`` turns
+(``x-session-id``; 1 makes every turn a new session's first). Per turn: the
+mitmdump process's CPU time (user + system, every thread: ``psutil``), the client's latency
+and the sequential throughput; every figure against plain mitmdump's in the same run. The
+plain mitmdump streams an event stream as it comes, as the addon does (a two-line script),
+and buffers JSON, as both do.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
 import tempfile
 import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,24 +113,220 @@ def proxy_bench(requests: int) -> list[tuple[str, float, list[float]]]:
     return rows
 
 
+# --- part 3: CPU per turn -----------------------------------------------------------------------
+
+# Plain mitmdump streaming an event stream as it comes (``stream_large_bodies`` would stream the
+# request too, before map_remote routes it), buffering everything else: what the addon does with
+# an answer it does not process.
+STREAM_EVENTS = ("def responseheaders(flow):\n"
+                 "    ctype = flow.response.headers.get('content-type', '').split(';')[0].strip().lower()\n"
+                 "    if ctype in ('text/event-stream', 'application/vnd.amazon.eventstream'):\n"
+                 "        flow.response.stream = True\n")
+CPU_APIS = ("anthropic", "chat", "responses", "gemini", "converse", "invoke")
+KINDS = ("json", "stream")
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    url: str
+    headers: dict[str, str]
+    body: bytes
+
+
+def api_of(tag: str):
+    import bench_ttfb
+
+    return next(a for a in bench_ttfb.APIS if a.tag == ("gemini_sse" if tag == "gemini" else tag))
+
+
+def turn_request(tag: str, stream: bool, text: str, tools: int) -> TurnRequest:
+    """One turn of API ``tag`` (``bench_ttfb``'s APIs), as a JSON or a streamed request."""
+    import bench_ttfb
+
+    api = api_of(tag)
+    body = api.body(text, tools)
+    url = api.url
+    if tag in ("anthropic", "chat", "responses"):
+        body["stream"] = stream
+        if not stream:
+            body.pop("stream_options", None)
+    elif tag == "gemini":
+        url = url if stream else bench_ttfb.GEMINI.replace(":streamGenerateContent", ":generateContent")
+    elif tag == "converse":
+        url = url if stream else url.removesuffix("-stream")
+    elif tag == "invoke":
+        url = url if stream else url.removesuffix("-with-response-stream")
+    raw = json.dumps(body).encode()
+    return TurnRequest(url, bench_ttfb.headers_for(dataclasses.replace(api, url=url), raw), raw)
+
+
+@dataclass
+class Cell:
+    """One (API, kind) through one proxy: CPU seconds and wall seconds per block, latencies per turn."""
+
+    cpu: list[float] = field(default_factory=list)  # per block: CPU s per turn
+    wall: list[float] = field(default_factory=list)  # per block: wall s per turn
+    latencies: list[float] = field(default_factory=list)  # per turn, s
+    cpu_total: float = 0.0
+    wall_total: float = 0.0
+    turns: int = 0
+
+
+def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turns: int
+              ) -> tuple[dict[tuple[str, str, str], Cell], dict[str, Counter[str]],
+                         dict[tuple[str, bool], list[float]], float]:
+    """(cells by (api, kind, proxy), the addon's deferral modes per provider, its planning times
+    (telemetry's ``processing_ms``, s) per provider and streaming, load average)."""
+    import httpx
+    import psutil
+
+    import bench_ttfb
+    from tests.e2e.harness import ADDON_PATH, MitmDump
+
+    cells: dict[tuple[str, str, str], Cell] = defaultdict(Cell)
+    with tempfile.TemporaryDirectory(prefix="bench_cpu_") as name:
+        tmp = Path(name)
+        bench_ttfb.aws_chain(tmp)
+        fake = bench_ttfb.Fake(0.0, tmp / "fake.log")
+        (tmp / "stream_events.py").write_text(STREAM_EVENTS)
+        proxies = {"mitmdump": MitmDump(tmp / "plain", fake.url, script=tmp / "stream_events.py", name="plain"),
+                   "addon": MitmDump(tmp / "addon", fake.url, script=ADDON_PATH, config=bench_ttfb.addon_config,
+                                     name="addon")}
+        try:
+            for proxy in proxies.values():
+                proxy.start()
+            procs = {k: psutil.Process(p.proc.pid) for k, p in proxies.items()}  # type: ignore[union-attr]
+            clients = {k: httpx.Client(proxy=p.url, verify=p.ssl_context(), trust_env=False,
+                                       timeout=httpx.Timeout(120.0, connect=30.0)) for k, p in proxies.items()}
+
+            def cpu(key: str) -> float:
+                t = procs[key].cpu_times()
+                return t.user + t.system
+
+            sessions: Counter[str] = Counter()  # proxy -> turns sent: a new session every ``session_turns``
+
+            def one(key: str, tag: str, stream: bool) -> float:
+                n = sessions[key]
+                sessions[key] += 1
+                req = turn_request(tag, stream, f"{bench_ttfb.QUESTION} [plain-turn {uuid.uuid4().hex[:12]}]", tools)
+                headers = {**req.headers, "x-session-id": f"bench-{key}-{n // session_turns}"}
+                t0 = time.perf_counter()
+                with clients[key].stream("POST", req.url, content=req.body, headers=headers) as r:
+                    raw = r.read()
+                took = time.perf_counter() - t0
+                text = bench_ttfb.visible(api_of(tag), raw) if stream else raw.decode("utf-8", "replace")
+                if r.status_code != 200 or bench_ttfb.DONE not in text:
+                    raise RuntimeError(f"{tag} {'stream' if stream else 'json'} via {key}: HTTP {r.status_code} "
+                                       f"{raw[:300]!r}")
+                return took
+
+            for tag in apis:
+                for kind in KINDS:
+                    stream = kind == "stream"
+                    fake.reset(0.0)
+                    for key in proxies:  # warm-up: connections, the catalog's first index
+                        for _ in range(3):
+                            one(key, tag, stream)
+                    for r in range(rounds):
+                        for key in (("mitmdump", "addon") if r % 2 == 0 else ("addon", "mitmdump")):
+                            cell = cells[tag, kind, key]
+                            c0, w0 = cpu(key), time.perf_counter()
+                            cell.latencies += [one(key, tag, stream) for _ in range(turns)]
+                            c, w = cpu(key) - c0, time.perf_counter() - w0
+                            cell.cpu.append(c / turns)
+                            cell.wall.append(w / turns)
+                            cell.cpu_total += c
+                            cell.wall_total += w
+                            cell.turns += turns
+                        fake.reset(0.0)  # the fake keeps every request it saw
+                    print(f"cpu: {tag} {kind} done", file=sys.stderr, flush=True)
+            for client in clients.values():
+                client.close()
+        finally:
+            for proxy in proxies.values():
+                proxy.stop()
+            fake.stop()
+        modes: dict[str, Counter[str]] = defaultdict(Counter)
+        planning: dict[tuple[str, bool], list[float]] = defaultdict(list)
+        telemetry = proxies["addon"].workdir / "telemetry.jsonl"
+        for line in telemetry.read_text().splitlines() if telemetry.exists() else []:
+            rec = json.loads(line)
+            modes[rec["provider"]][rec.get("deferral") or rec.get("fallback_reason") or "unprocessed"] += 1
+            planning[rec["provider"], bool(rec.get("stream"))].append(rec["processing_ms"] / 1000)
+    return cells, modes, planning, os.getloadavg()[1]
+
+
+PROVIDER = {"anthropic": "anthropic", "chat": "openai_chat", "responses": "openai_responses", "gemini": "gemini",
+            "converse": "bedrock_converse", "invoke": "bedrock_invoke"}
+
+
+def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter[str]],
+               planning: dict[tuple[str, bool], list[float]], load: float, tools: int, turns: int, rounds: int,
+               session_turns: int) -> None:
+    rows = []
+    for tag in dict.fromkeys(k[0] for k in cells):
+        mode = ", ".join(m for m, _ in modes.get(PROVIDER[tag], Counter()).most_common()) or "?"
+        for kind in KINDS:
+            plain, addon = cells.get((tag, kind, "mitmdump")), cells.get((tag, kind, "addon"))
+            if plain is None or addon is None:
+                continue
+            plan = planning.get((PROVIDER[tag], kind == "stream"), [])
+            extra = addon.cpu_total / addon.turns - plain.cpu_total / plain.turns
+            rows.append((tag, mode, kind, p50_p95(plain.cpu, 1000), p50_p95(addon.cpu, 1000),
+                         ratio(addon.cpu_total / addon.turns, plain.cpu_total / plain.turns),
+                         f"{extra * 1000:+.1f}", p50_p95(plan, 1000),
+                         f"{(extra - percentile(plan, 50)) * 1000:+.1f}" if plan else "n/a",
+                         p50_p95(plain.latencies, 1000), p50_p95(addon.latencies, 1000),
+                         f"{(percentile(addon.latencies, 50) - percentile(plain.latencies, 50)) * 1000:+.1f} / "
+                         f"{(percentile(addon.latencies, 95) - percentile(plain.latencies, 95)) * 1000:+.1f}",
+                         ratio(plain.wall_total / plain.turns, addon.wall_total / addon.turns)))
+    section(f"CPU per turn of the mitmdump process, {tools} tools, no search, sessions of {session_turns} turns, "
+            f"kept-alive client ({rounds} rounds of {turns} turns per proxy, alternating; load average {load:.2f} "
+            f"on {os.cpu_count()} CPUs)",
+            ["API", "addon's deferral", "answer", "plain CPU ms/turn p50 / p95:", "addon CPU ms/turn p50 / p95:",
+             "addon / plain CPU:", "addon − plain CPU ms:", "of it planning ms p50 / p95:", "rest ms:",
+             "plain latency ms p50 / p95:", "addon latency ms:", "addon − plain ms p50 / p95:",
+             "throughput addon / plain:"], rows,
+            "CPU p50 / p95 over the blocks of turns; the ratio and the difference are of all turns' CPU. *planning*: "
+            "`Engine.prepare` (telemetry's `processing_ms`, wall time on a planning thread, so about its CPU when "
+            "turns come one at a time); *rest*: the addon's CPU beyond plain's and the planning's median (hooks, "
+            "relay, upstream client, stream codecs, loop, telemetry, log line). Acceptance: CPU ≤ 1.5 × plain's, "
+            "sequential throughput ≥ 0.9 × plain's.")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200, help="engine calls per size")
     ap.add_argument("--proxy-requests", type=int, default=300, help="requests through each proxy")
     ap.add_argument("--sizes", default="50,500,5000", help="comma-separated tool counts for the engine part")
+    ap.add_argument("--cpu-tools", type=int, default=500, help="tools in every request of the CPU part")
+    ap.add_argument("--cpu-turns", type=int, default=20, help="turns per block in the CPU part")
+    ap.add_argument("--cpu-rounds", type=int, default=6, help="blocks per proxy, API and answer kind")
+    ap.add_argument("--cpu-session-turns", type=int, default=5,
+                    help="turns per session in the CPU part (its x-session-id); 1: every turn a new session")
+    ap.add_argument("--cpu-apis", default=",".join(CPU_APIS), help="comma-separated, of " + ", ".join(CPU_APIS))
+    ap.add_argument("--only", choices=("engine", "proxy", "cpu"), help="run one part only")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
-    section("Engine processing time per request (Engine.prepare; ms, p50 / p95)",
-            ["strategy", "tools:", "stdlib json floor:", "Engine.prepare:", "prepare / floor p50:"],
-            [(strategy, f"{n:,}", p50_p95(floor, 1000, 2), p50_p95(times, 1000, 2),
-              ratio(percentile(times, 50), percentile(floor, 50), 1))
-             for strategy, n, times, floor in engine_bench(args.requests, sizes)])
-    rows = proxy_bench(args.proxy_requests)
-    base_rps, base_lat = rows[0][1], rows[0][2]
-    section("Proxy throughput, sequential requests, 60 tools, relevance (ms; same run)",
-            ["proxy", "req/s:", "p50 / p95:", "req/s / plain:", "p50 / plain:"],
-            [(label, f"{rps:.1f}", p50_p95(lat, 1000, 2), ratio(rps, base_rps),
-              ratio(percentile(lat, 50), percentile(base_lat, 50))) for label, rps, lat in rows])
+    apis = [a for a in args.cpu_apis.split(",") if a]
+    if unknown := set(apis) - set(CPU_APIS):
+        ap.error(f"unknown --cpu-apis: {', '.join(sorted(unknown))}")
+    if args.only in (None, "engine"):
+        section("Engine processing time per request (Engine.prepare; ms, p50 / p95)",
+                ["strategy", "tools:", "stdlib json floor:", "Engine.prepare:", "prepare / floor p50:"],
+                [(strategy, f"{n:,}", p50_p95(floor, 1000, 2), p50_p95(times, 1000, 2),
+                  ratio(percentile(times, 50), percentile(floor, 50), 1))
+                 for strategy, n, times, floor in engine_bench(args.requests, sizes)])
+    if args.only in (None, "proxy"):
+        rows = proxy_bench(args.proxy_requests)
+        base_rps, base_lat = rows[0][1], rows[0][2]
+        section("Proxy throughput, sequential requests, 60 tools, relevance (ms; same run)",
+                ["proxy", "req/s:", "p50 / p95:", "req/s / plain:", "p50 / plain:"],
+                [(label, f"{rps:.1f}", p50_p95(lat, 1000, 2), ratio(rps, base_rps),
+                  ratio(percentile(lat, 50), percentile(base_lat, 50))) for label, rps, lat in rows])
+    if args.only in (None, "cpu"):
+        cpu_report(*cpu_bench(args.cpu_tools, args.cpu_turns, args.cpu_rounds, apis, args.cpu_session_turns),
+                   args.cpu_tools, args.cpu_turns, args.cpu_rounds, args.cpu_session_turns)
 
 
 if __name__ == "__main__":

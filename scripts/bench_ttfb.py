@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Time to first event and to last byte of a streamed answer, direct vs through the proxy.
 
-    .venv/bin/python scripts/bench_ttfb.py [--runs 20] [--delay 0.1] [--tools 60] [--concurrency 4]
+    .venv/bin/python scripts/bench_ttfb.py [--runs 20] [--delay 0.1] [--tools 500] [--concurrency 4]
 
 A fake provider (``tests/fakeprovider``, in its own process) streams every answer with
 ``--delay`` seconds between events. For each streaming API the project speaks, the same
@@ -78,6 +78,7 @@ BEDROCK_MODEL = "anthropic.claude-3-5-sonnet-20240620-v1%3A0"
 BEDROCK = f"https://bedrock-runtime.us-east-1.amazonaws.com/model/{BEDROCK_MODEL}"
 GEMINI = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent"
 SLACK_MS = 20.0  # the acceptance checks' allowance for the proxy's own time
+FIRST_P50_MS, FIRST_P95_MS = 3.0, 6.0  # first event: the addon's allowance over plain mitmdump's, p50 and p95
 RUN_ID = re.compile(r"plain-turn ([0-9a-f]{12})")
 STREAM_RESPONSES = "def responseheaders(flow):\n    flow.response.stream = True\n"
 
@@ -466,20 +467,29 @@ def cell(values: list[float]) -> str:
     return p50_p95(values)
 
 
+def delta(values: list[float], baseline: list[float]) -> str:
+    """``values`` minus ``baseline``, p50 / p95 (ms)."""
+    if not values or not baseline:
+        return "n/a"
+    return (f"{percentile(values, 50) - percentile(baseline, 50):+.1f} / "
+            f"{percentile(values, 95) - percentile(baseline, 95):+.1f}")
+
+
 def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, dict[str, int]],
            seen: Telemetry) -> None:
     def col(turn: str, tag: str, path: str, field: str) -> list[float]:
         return [getattr(t, field) for t in results.get((turn, tag, path), []) if getattr(t, field) is not None]
 
     print("## No search: the model answers text (ms, p50 / p95)\n")
-    print("| API | events | first: direct | mitmdump | addon | addon − direct p95 "
+    print("| API | events | first: direct | mitmdump | addon | addon − mitmdump p50 / p95 | addon − direct p95 "
           "| last: direct | mitmdump | addon | addon / direct p50 |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for api in APIS:
         f = {p: col("plain", api.tag, p, "first") for p in PATHS}
         last = {p: col("plain", api.tag, p, "last") for p in PATHS}
         print(f"| {api.label} | {events[api.tag]['plain']} | {cell(f['direct'])} | {cell(f['mitmdump'])} "
-              f"| {cell(f['addon'])} | {percentile(f['addon'], 95) - percentile(f['direct'], 95):+.1f} | {cell(last['direct'])} "
+              f"| {cell(f['addon'])} | {delta(f['addon'], f['mitmdump'])} "
+              f"| {percentile(f['addon'], 95) - percentile(f['direct'], 95):+.1f} | {cell(last['direct'])} "
               f"| {cell(last['mitmdump'])} | {cell(last['addon'])} "
               f"| {percentile(last['addon'], 50) / percentile(last['direct'], 50):.3f} |")
 
@@ -498,16 +508,19 @@ def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, 
 
     print("\n## Search: round 1 calls the search tool, round 2 answers (ms, p50 / p95)\n")
     print("direct and mitmdump replay the addon's two upstream rounds one after the other: *last* is "
-          "their sum, *round 1 end* the first round's last byte. search = the addon's telemetry.\n")
-    print("| API | events r1 + r2 | deferred | first: direct | mitmdump | addon | round 1 end: direct "
-          "| last: direct | mitmdump | addon | search | addon − direct p95 |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "their sum, *round 1 end* the first round's last byte. search = the addon's telemetry. "
+          "*addon − mitmdump*: against the client's own request through mitmdump (the no-search turn's "
+          "first event: the replayed round 1 carries the addon's reduced body).\n")
+    print("| API | events r1 + r2 | deferred | first: direct | mitmdump | addon | addon − mitmdump p50 / p95 "
+          "| round 1 end: direct | last: direct | mitmdump | addon | search | addon − direct p95 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for api in APIS:
         f = {p: col("search", api.tag, p, "first") for p in PATHS}
         last = {p: col("search", api.tag, p, "last") for p in PATHS}
         ev, round1 = events[api.tag], col("search", api.tag, "direct", "round1")
         print(f"| {api.label} | {ev['round1']} + {ev['round2']} | {seen.deferred.get(api.tag, 0)} "
-              f"| {cell(f['direct'])} | {cell(f['mitmdump'])} | {cell(f['addon'])} | {cell(round1)} "
+              f"| {cell(f['direct'])} | {cell(f['mitmdump'])} | {cell(f['addon'])} "
+              f"| {delta(f['addon'], col('plain', api.tag, 'mitmdump', 'first'))} | {cell(round1)} "
               f"| {cell(last['direct'])} | {cell(last['mitmdump'])} | {cell(last['addon'])} "
               f"| {cell(seen.search_ms.get(api.tag, []))} "
               f"| {percentile(last['addon'], 95) - percentile(last['direct'], 95):+.1f} |")
@@ -522,7 +535,17 @@ def report(results: dict[tuple[str, str, str], list[Timing]], events: dict[str, 
         s_last = col("search", api.tag, "addon", "last")
         d_total = col("search", api.tag, "direct", "last")
         searched = seen.search_ms.get(api.tag, [])
+        plain_first = col("plain", api.tag, "mitmdump", "first")
+        plain_s_first = plain_first  # the client's own request through mitmdump (its replay sends round 1's body)
         checks = [
+            (f"no search: first event ≤ mitmdump + {FIRST_P50_MS:g} ms (p50)", percentile(first, 50),
+             percentile(plain_first, 50) + FIRST_P50_MS),
+            (f"no search: first event ≤ mitmdump + {FIRST_P95_MS:g} ms", percentile(first, 95),
+             percentile(plain_first, 95) + FIRST_P95_MS),
+            (f"search: first event ≤ mitmdump + {FIRST_P50_MS:g} ms (p50)", percentile(s_first, 50),
+             percentile(plain_s_first, 50) + FIRST_P50_MS),
+            (f"search: first event ≤ mitmdump + {FIRST_P95_MS:g} ms", percentile(s_first, 95),
+             percentile(plain_s_first, 95) + FIRST_P95_MS),
             ("no search: first event ≤ direct + 20 ms", percentile(first, 95), percentile(direct_first, 95) + SLACK_MS),
             ("search: first event before round 1 ends (direct p50)", percentile(s_first, 95), percentile(round1, 50)),
             ("search: last ≤ direct both rounds + 20 ms + search", percentile(s_last, 95),
@@ -562,7 +585,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20, help="timed runs of every (turn, API, path)")
     ap.add_argument("--delay", type=float, default=0.1, help="seconds the fake waits between streamed events")
-    ap.add_argument("--tools", type=int, default=60, help="tools in every request (the shipped config defers them)")
+    ap.add_argument("--tools", type=int, default=500, help="tools in every request (the shipped config defers them)")
     ap.add_argument("--concurrency", type=int, default=4, help="runs in flight at once")
     ap.add_argument("--stagger", type=float, default=None,
                     help="least seconds between two starts (default 0.37 × delay)")

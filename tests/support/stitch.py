@@ -58,13 +58,15 @@ def chunker_id(chunker: Chunker) -> str:
 
 
 def drive(adapter: Any, rounds: list[bytes], chunker: Chunker = whole, failure: Failure | None = None,
-          body: str = "{}", dispatch: Any = None) -> tuple[bytes, list[RoundEnd]]:
+          body: str = "{}", dispatch: Any = None, used: list[Any] | None = None) -> tuple[bytes, list[RoundEnd]]:
     """The client bytes of ``rounds`` (each the upstream's answer to one forward) fed as the runner
     feeds them, and how each round ended. After each round but the last the runner re-forwards
     (``next_round``); with ``failure`` the last round is re-forwarded too and the re-forward fails.
     An upstream error ends the stream (then only ``finish``: what is still owed), a truncated
-    round too (``fail``). ``dispatch``: call-through, the stitcher's ``Dispatch``."""
+    round too (``fail``). ``dispatch``: call-through, the stitcher's ``Dispatch``. ``used``: gets the stitcher."""
     stitcher = adapter.stitcher(P, body) if dispatch is None else adapter.stitcher(P, body, dispatch)
+    if used is not None:
+        used.append(stitcher)
     out = bytearray()
     ends: list[RoundEnd] = []
     for k, data in enumerate(rounds, 1):
@@ -79,6 +81,17 @@ def drive(adapter: Any, rounds: list[bytes], chunker: Chunker = whole, failure: 
         if k < len(rounds) or failure is not None:
             stitcher.next_round()
     return bytes(out + (stitcher.fail(failure) if failure is not None else stitcher.finish())), ends
+
+
+def shown_as_client_reads_it(adapter: Any, stitcher: Any, got: dict[str, Any]) -> None:
+    """What the stitcher assembled of the events it emitted (``shown``: the runner keeps it of a
+    turn instead of parsing the stream again) is what the client's decoder read: its history
+    entries and its calls."""
+    own = stitcher.shown()
+    assert own is not None
+    ours = own.message()
+    assert adapter.shown(ours) == adapter.shown(got)
+    assert [(c.name, c.arguments) for c in adapter.calls(ours)] == [(c.name, c.arguments) for c in adapter.calls(got)]
 
 
 def decoder_of(adapter: Any, body: bytes) -> Any:
@@ -134,11 +147,13 @@ def stitched(api: Api, rounds: list[bytes], chunker: Chunker = whole) -> tuple[b
     """Every oracle on the client stream of ``rounds`` run to the end: each round complete and
     decoded as the loop needs it, no trace of the search, the API's decoder reads ``expected``
     of the rounds, and the API's grammar and SDK agree. The client bytes, message, round ends."""
-    client, ends = drive(api.adapter, rounds, chunker, body=api.body)
+    used: list[Any] = []
+    client, ends = drive(api.adapter, rounds, chunker, body=api.body, used=used)
     assert all(end.complete and end.error is None for end in ends)
     assert [end.message for end in ends] == [decoder_of(api.adapter, r).message() for r in rounds]
     assert P.encode() not in client and not any(trace in client for trace in api.hidden)
     got = decoder_of(api.adapter, client).message()
     assert got == api.expected([end.message for end in ends])
+    shown_as_client_reads_it(api.adapter, used[0], got)
     api.check(client, got)
     return client, got, ends

@@ -102,6 +102,8 @@ class Stitcher(ABC):
         self._out = bytearray()  # client bytes decided but not returned yet
         self._ended = False  # the client stream is over (an error or the closing events went out)
         self._decoder: Any = None  # the round's stream decoder (each API's stitcher sets its own)
+        # The client's stream assembled from what is emitted (``shown``), when the stitcher keeps it.
+        self._client: Any = None
 
     @abstractmethod
     def feed(self, data: bytes) -> bytes: ...
@@ -117,6 +119,16 @@ class Stitcher(ABC):
         """The round's message lacks text past what a decoder keeps (``apis.streaming``): it
         was relayed, but cannot be sent back upstream as the model wrote it."""
         return bool(self._decoder.cut)
+
+    def shown(self) -> StreamDecoder | None:
+        """The client's stream as its SDK assembles it, when the stitcher assembles it itself from
+        the events it emits (no second parse of its own output); None: the runner decodes it."""
+        return self._client
+
+    def _show(self, name: str | None, data: Any) -> None:
+        """One event the client gets (its parsed payload), into the client's assembled message."""
+        if self._client is not None:
+            self._client.assembler.apply(name, data)
 
     @abstractmethod
     def finish(self) -> bytes: ...

@@ -22,6 +22,15 @@ only when those grow by a quarter, so large bodies would stay resident request a
 request (``scripts/memtrace.py``'s ``/cycles`` shows them). After a flow with a large body
 ends, ``collect_soon`` has the trimmer's next rounds run one first (``COLLECT_ROUNDS``),
 not every round: a full collection is not free.
+
+Collections: the interpreter collects its youngest generation every 2,000 container allocations
+by default, and each tenth of those collections takes the next generation too. Planning a
+request decodes its body into a container per JSON object and array, so a large catalog's body
+sets off dozens of collections, and each full one walks every object the addon's caches hold
+(indexes, catalogs). Decoded JSON forms no reference cycles: reference counting frees it, and
+the collections find nothing of it to free. ``collect_less_often`` raises the youngest
+generation's threshold (``GC_YOUNG``); the cycles the collector is for (mitmproxy's, around a
+flow) wait a little longer, and a large body's are collected when its flow ends (above).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ THRESHOLD = 1 << 20
 TRIM_EVERY_S = 2.0
 LARGE_BODY = 8 << 20  # a flow with a body this large asks for a full collection when it ends
 COLLECT_ROUNDS = 2  # its cycles may become garbage only once the client's connection is done with it
+GC_YOUNG = 50_000  # container allocations between two collections of the youngest generation
 
 _trimmer: threading.Thread | None = None
 _trimmer_lock = threading.Lock()
@@ -74,6 +84,14 @@ def trim_periodically(every_s: float = TRIM_EVERY_S) -> bool:
                                         daemon=True)
             _trimmer.start()
     return True
+
+
+def collect_less_often(young: int = GC_YOUNG) -> None:
+    """The youngest generation collected every ``young`` container allocations (process-wide, it is
+    the proxy's process); the older generations' thresholds stay, a higher setting is kept."""
+    first, *older = gc.get_threshold()
+    if 0 < first < young:  # 0: collection is off, left so
+        gc.set_threshold(young, *older)
 
 
 def collect_soon(body_bytes: int) -> None:

@@ -161,13 +161,17 @@ class LoopRunner:
         sent, last, shown_message = self._sent or ctx.body, self._last, finish.message if seen is None else seen
         hidden = list(loop.unanswered) if finish.reason == "mixed" else []
 
+        # max_loops: the last round searched only; an unreadable client stream: nothing to match
+        keep = bool(shown_message) and finish.reason in ("done", "mixed")
+        if not (expanded or (head and shown) or keep):
+            return  # nothing to write: no hand-off to the store's threads
+
         def write() -> None:
             if expanded:
                 self.store.update(ctx.session, lambda s: s.expand(expanded))
             if head and shown:
                 self.store.link(ctx.tenant, shown, ctx.session, pending, head if shown != head else None)
-            # max_loops: the last round searched only; an unreadable client stream: nothing to match
-            if shown_message and finish.reason in ("done", "mixed"):
+            if keep:
                 self._keep_rounds(sent, last, shown_message, hidden)
 
         await run_store(write)
@@ -333,7 +337,10 @@ class LoopRunner:
                 return
             yield Head(200, answer.headers)
             stitcher = ctx.mode.stitcher(ctx.client_body)
-            seen = ctx.adapter.decoder()  # the client's stream as its SDK assembles it: what it will send back
+            # The client's stream as its SDK assembles it (what it will send back): the stitcher's
+            # own when it keeps one, else decoded here from what it emits.
+            own = stitcher.shown()
+            seen = own if own is not None else ctx.adapter.decoder()
             shown_id: str | None = None  # the id the client's stream carries (round one's)
             # Round one's bytes while the stitcher has recognised no event in them (bounded).
             unread: bytearray | None = bytearray()
@@ -342,7 +349,8 @@ class LoopRunner:
                     async for chunk in self._chunks(answer):
                         t0 = time.perf_counter()
                         out = stitcher.feed(chunk)
-                        seen.feed(out)
+                        if own is None:
+                            seen.feed(out)
                         own_s += time.perf_counter() - t0
                         if unread is not None:
                             if out or len(unread) + len(chunk) > MAX_UNRECOGNISED_BYTES:
@@ -378,7 +386,8 @@ class LoopRunner:
                             yield stitcher.fail(Failure(502, message="the model only searched for tools"))
                             return
                         rest = stitcher.finish()
-                        seen.feed(rest)
+                        if own is None:
+                            seen.feed(rest)
                         # The session first: the client may send its next turn the moment it reads the end.
                         # A cut message is not one the client's next turn can be matched against: none kept.
                         await self._settle(action, shown_id, {} if stitcher.cut else _assembled(seen))

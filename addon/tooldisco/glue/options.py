@@ -70,6 +70,7 @@ class Options:
         contentviews.add(ToolsView)  # mitmweb and the console: a body's tools and tool calls
         allocator.return_large_blocks()  # a huge body's memory goes back to the OS with its flow
         allocator.trim_periodically()  # and the heaps' free pages every few seconds
+        allocator.collect_less_often()  # a large body's decoding sets off no dozens of collections
 
     def configure(self, updated: set[str]) -> None:
         if "tool_discovery_config" not in updated:

@@ -105,16 +105,21 @@ class Watcher:
         watch = self._flows.pop(flow.id, None)
         if watch is None:
             return
+        view = self._view()
+        shown = view is not None and watch.shown
+        if not shown and not log.isEnabledFor(logging.DEBUG if watch.record.total_tools == 0 else logging.INFO):
+            return  # no view, and its line would not be printed (``-q``, a lower verbosity): nothing to make
         record = asdict(watch.record)
         try:
             said = summary.FlowSummary.of(record)
             # INFO for a flow with tools: the line mitmdump prints by default; one without has nothing to say.
-            log.log(logging.INFO if said.sent else logging.DEBUG, "%s", said.line(watch.where))
+            level = logging.INFO if said.sent else logging.DEBUG
+            if log.isEnabledFor(level):
+                log.log(level, "%s", said.line(watch.where))
         except Exception as e:  # observability never hurts traffic
             log.debug("no summary of flow %s: %s", flow.id, e)
             return
-        view = self._view()
-        if view is None or not watch.shown:
+        if not shown:
             return
         cfg = self._config()
         extra = {"found": list(said.found), "dispatcher": cfg.call_tool_name if cfg is not None else None}

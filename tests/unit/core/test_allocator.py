@@ -39,3 +39,23 @@ def left_behind(mode: str) -> int:
 def test_huge_bodies_leave_nothing_behind():
     assert left_behind("on") < 16  # MiB: what the interpreter's own growth may take
     assert left_behind("off") > 64  # the probe does show the problem without the setting
+
+
+def test_the_youngest_generation_is_collected_less_often(monkeypatch):
+    """Decoding a large body makes a container per JSON value: the youngest generation's threshold
+    is raised so it sets off few collections; the older thresholds stay, collection off stays off,
+    a higher setting is kept."""
+    import gc
+
+    from tooldisco.core import allocator
+
+    calls = []
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: calls.append(t))
+    monkeypatch.setattr(gc, "get_threshold", lambda: (2000, 10, 10))
+    allocator.collect_less_often()
+    assert calls == [(allocator.GC_YOUNG, 10, 10)] and allocator.GC_YOUNG >= 20_000
+    calls.clear()
+    for kept in [(0, 10, 10), (10 * allocator.GC_YOUNG, 5, 5)]:
+        monkeypatch.setattr(gc, "get_threshold", lambda kept=kept: kept)
+        allocator.collect_less_often()
+    assert calls == []

@@ -380,3 +380,20 @@ async def test_live_an_event_stream_cut_before_its_first_event_ends_with_an_erro
     answer = chunked(b"event: message_start\ndata: {\"type\":\"message_st")  # says text/event-stream
     _, out = await collect(engine.runner(context(engine, True)).live(answer, None))
     assert b"event: error" in out
+
+
+async def test_a_turn_with_nothing_to_keep_makes_no_store_hand_off(engine, monkeypatch):
+    """A turn that found nothing, chains nothing and hid nothing writes nothing to the session:
+    no job goes to the store's threads (each hand-off is a thread wake-up on every request)."""
+    from tooldisco.engine import runner as runner_mod
+
+    jobs = []
+
+    async def recorded(fn, *args):
+        jobs.append(fn)
+        return fn(*args)
+
+    monkeypatch.setattr(runner_mod, "run_store", recorded)
+    raw = json.dumps(message({"type": "text", "text": "hi"}, stop="end_turn")).encode()
+    out = await engine.runner(context(engine)).buffered(Answer.whole(200, raw), None)
+    assert out.status == 200 and jobs == []

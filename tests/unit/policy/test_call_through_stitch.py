@@ -26,7 +26,7 @@ from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
 from tooldisco.apis.openai_chat.stream import encode
 
 from tests.fakeprovider.model import ToolCall as FakeCall
-from tests.support.stitch import CHUNKERS, P, Chunker, chunker_id, decoder_of, drive, every_byte, whole
+from tests.support.stitch import CHUNKERS, P, Chunker, chunker_id, decoder_of, drive, every_byte, shown_as_client_reads_it, whole
 
 A = OpenAIChatAdapter()
 BODY = '{"model":"gpt-4.1","messages":[],"stream":true}'
@@ -36,7 +36,11 @@ BODY = '{"model":"gpt-4.1","messages":[],"stream":true}'
 
 
 def run(rounds: list[bytes], chunker: Chunker = whole):
-    return drive(A, rounds, chunker, body=BODY, dispatch=DISPATCH)
+    used: list[Any] = []
+    client, ends = drive(A, rounds, chunker, body=BODY, dispatch=DISPATCH, used=used)
+    if all(end.complete and end.error is None for end in ends):
+        shown_as_client_reads_it(A, used[0], chat_decoded(client))
+    return client, ends
 
 
 def chat_decoded(data: bytes) -> dict[str, Any]:
@@ -249,7 +253,8 @@ def g_call(name: str, args: Any, signature: str | None = None, id_: str | None =
 
 def g_run(adapter: GeminiAdapter, rounds: list[dict[str, Any]], chunker: Chunker = whole):
     """The client bytes and round ends, every oracle checked: the loop's own view, the SDK."""
-    client, ends = drive(adapter, [realistic(m, adapter.sse) for m in rounds], chunker, dispatch=G_DISPATCH)
+    used: list[Any] = []
+    client, ends = drive(adapter, [realistic(m, adapter.sse) for m in rounds], chunker, dispatch=G_DISPATCH, used=used)
     messages = [end.message for end in ends]
     assert all(end.complete for end in ends) and messages == [g_decoded(realistic(m, True)) for m in rounds]
     assert P.encode() not in client and D.encode() not in client
@@ -258,6 +263,7 @@ def g_run(adapter: GeminiAdapter, rounds: list[dict[str, Any]], chunker: Chunker
     want = folded(visible(adapter, G_DISPATCH, messages))
     want["responseId"] = messages[0]["responseId"]
     assert got == want
+    shown_as_client_reads_it(adapter, used[0], got)
     check_sdk(sdk(adapter, client), got)
     return client, got, ends
 

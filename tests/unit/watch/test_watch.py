@@ -177,3 +177,27 @@ def test_an_answer_is_kept_up_to_the_limit():
     for _ in range(3):
         rnd.add(b"x" * (rounds.LIMIT // 2 + 1))
     assert rnd.kept == rounds.LIMIT == sum(len(p) for p in rnd.parts) and rnd.truncated
+
+
+def test_no_flow_line_is_made_that_would_not_be_printed(monkeypatch, caplog):
+    """Without a view, a flow's summary and line are made only when the log prints them: at a
+    lower verbosity (``-q``) nothing of it is computed per flow; at the default it is said."""
+    import logging
+
+    from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+    from tooldisco.engine.telemetry import Record
+    from tooldisco.watch.watch import Watcher
+
+    made = []
+    of = summary.FlowSummary.of
+    monkeypatch.setattr(summary.FlowSummary, "of", staticmethod(lambda r: made.append(r) or of(r)))
+    monkeypatch.setattr(Watcher, "_view", staticmethod(lambda: None))  # mitmdump: no view addon
+    watcher = Watcher(lambda: None)
+    for level, said in [(logging.WARNING, False), (logging.INFO, True)]:
+        caplog.clear()
+        caplog.set_level(level, logger="tool_discovery")
+        f = client_flow()
+        watcher.begin(f, AnthropicAdapter(), b"{}", None, Record(provider="anthropic", strategy="tool-search",
+                                                                 total_tools=60, kept_tools=60), "")
+        watcher.finish(f)
+        assert bool(made) == said and ("60 tools" in caplog.text) == said

@@ -73,6 +73,7 @@ class AnthropicEventStitcher(Stitcher):
     def __init__(self, phantom: str) -> None:
         super().__init__(phantom)
         self._decoder = self._new_decoder()
+        self._client = self._new_decoder()  # fed the events the client gets (``shown``)
         self._indexes: dict[int, int | None] = {}  # this round's index -> the client's; None: hidden
         self._next_index = 0  # the client's next block index
         self._visible_call = False  # this round streamed a tool_use the client sees
@@ -159,6 +160,7 @@ class AnthropicEventStitcher(Stitcher):
     def _wire(self, event: Event | None, data: Any) -> bytes:
         """``data`` for the client: the upstream's bytes when it is the event's own unchanged
         object and they are whole, else re-encoded."""
+        self._show(event.type if event is not None else None, data)
         if event is not None and data is event.data and event.raw:
             return event.raw
         return self._encode(data)

@@ -54,6 +54,7 @@ class ConverseStitcher(Stitcher):
     def __init__(self, phantom: str) -> None:
         super().__init__(phantom)
         self._decoder = ConverseStreamDecoder()
+        self._client = ConverseStreamDecoder()  # fed the events the client gets (``shown``)
         self._indexes: dict[int, int | None] = {}  # this round's block index -> the client's; None: hidden
         self._next_index = 0  # the client's next block index
         self._visible_call = False  # this round streamed a toolUse the client sees
@@ -163,6 +164,7 @@ class ConverseStitcher(Stitcher):
 
     def _frame(self, event: Event, data: dict[str, Any]) -> bytes:
         """The upstream's frame when ``data`` is its own unchanged payload, else a fresh one."""
+        self._show(event.type, data)
         if data is event.data:
             return event.raw
         headers = {":event-type": event.type, ":content-type": "application/json", ":message-type": "event"}

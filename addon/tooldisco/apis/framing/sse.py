@@ -150,5 +150,8 @@ def encode_event(
         lines.append(f"id: {id}")
     if retry is not None:
         lines.append(f"retry: {retry}")
-    lines.extend(f"data: {part}" for part in re.split(r"\r\n|\r|\n", data))
+    if "\n" in data or "\r" in data:
+        lines.extend(f"data: {part}" for part in re.split(r"\r\n|\r|\n", data))
+    else:  # one line (compact JSON): no regex pass over a payload that may hold a whole catalog
+        lines.append(f"data: {data}")
     return (newline.join(lines) + newline + newline).encode("utf-8")

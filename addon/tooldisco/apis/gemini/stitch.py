@@ -18,8 +18,10 @@ the client sees (see ``base`` for the contract):
 - ``usageMetadata`` is the round's running total on every chunk: from round 2 on, the earlier
   rounds' totals are added to each (details by modality, ``GeminiAdapter.merge``'s rule), so the
   client's counts only grow and the last is the sum. ``responseId`` is round 1's.
-- The JSON array keeps its framing: ``[`` before the first element the client gets, ``,``
-  between, the upstream's own ``]`` at the end. An unchanged chunk goes out as its bytes.
+- The JSON array keeps its framing: ``[`` as soon as the upstream opens its array (as a plain
+  proxy passes it: the client's first byte does not wait for a round whose only element is a
+  search), ``,`` between the elements the client gets, the upstream's own ``]`` at the end. An
+  unchanged chunk goes out as its bytes.
 
 Errors are ``{"error": {code, message, status}}`` chunks (an SSE event or an array element):
 google-genai raises ``ClientError``/``ServerError`` (by ``code``) for a chunk whose JSON starts
@@ -112,6 +114,7 @@ class GeminiStitcher(Stitcher):
         self.sse = sse
         self.dispatch = dispatch
         self._decoder = GeminiStreamDecoder()
+        self._client = GeminiStreamDecoder()  # fed the chunks the client gets (``shown``)
         self._unsigned: set[int] = set()  # candidates whose hidden call held the step's signature
         self._ranks: dict[int, int] = {}  # candidate -> its calls so far this round (``call_of``'s rank)
         self._held: list[tuple[Event, dict[str, Any] | None]] = []  # the finishing chunk and any after it, as shown
@@ -121,10 +124,14 @@ class GeminiStitcher(Stitcher):
         self._response_id: Any = None  # round 1's responseId
         self._error: Any = None  # the upstream error chunk passed on
         self._opened = False  # array form: the "[" went out
+        self._elements = False  # array form: an element went out (the next one follows a ",")
 
     def feed(self, data: bytes) -> bytes:
         if not self.sse:
             self._tail += data
+            if not self._opened and self._tail.lstrip()[:1] == b"[":
+                self._opened = True
+                self._out += b"["
         events = self._decoder.feed(data)
         if not self.sse:
             for event in events:
@@ -176,7 +183,7 @@ class GeminiStitcher(Stitcher):
         error = dumps({"error": error_object(failure)})
         if self.sse:
             return out + encode_event(error, newline=SSE_NEWLINE)
-        return out + (_SEPARATOR if self._opened else b"[") + error.encode("utf-8") + _END
+        return out + (_SEPARATOR if self._elements else b"" if self._opened else b"[") + error.encode("utf-8") + _END
 
     def _pass(self, event: Event) -> bytes:
         """The client bytes for one upstream chunk (``b""``: held or hidden)."""
@@ -254,13 +261,17 @@ class GeminiStitcher(Stitcher):
         """``data`` in the client's framing: the upstream's bytes when it is the event's own
         unchanged payload and they are whole, else re-encoded."""
         unchanged = data is event.data and bool(event.raw)
+        self._show(event.type, data)
         if self.sse:
             return event.raw if unchanged else encode_event(dumps(data), newline=SSE_NEWLINE)
         match = _ELEMENT_PREFIX.match(event.raw)
         head = match.end() if match else 0
         prefix, body = event.raw[:head], event.raw[head:]
-        wanted = b"," if self._opened else b"["
-        if wanted not in prefix:
-            prefix = _SEPARATOR if self._opened else b"["
-        self._opened = True
-        return prefix + (body if unchanged else dumps(data).encode("utf-8"))
+        if self._elements:  # a "," before it: the upstream's own separator, or the API's
+            lead = prefix if b"," in prefix else _SEPARATOR
+        elif self._opened:  # the "[" went out alone: nothing of the prefix but the space after it
+            lead = prefix[prefix.index(b"[") + 1:] if b"[" in prefix else b""
+        else:
+            lead = prefix if b"[" in prefix else b"["
+        self._opened = self._elements = True
+        return lead + (body if unchanged else dumps(data).encode("utf-8"))

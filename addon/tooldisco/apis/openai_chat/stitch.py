@@ -77,6 +77,7 @@ class ChatStitcher(Stitcher):
         self._next_call: dict[int, int] = {}  # choice -> the client's next tool-call index
         self._texted: set[int] = set()  # choices whose earlier rounds showed content
         self._prior_usage: Any = None  # usage summed over the finished rounds
+        self._client = ChatCompletionStreamDecoder()  # fed the chunks the client gets (``shown``)
         self._start_round()
 
     def _start_round(self) -> None:
@@ -140,11 +141,13 @@ class ChatStitcher(Stitcher):
             return
         data = event.data
         if event.type == "error":  # the upstream's own: as it came, then the end
+            self._show(None, data)
             self._out += event.raw + encode_event(DONE)
             self._ended = True
         elif event.type == "done":
             self._held.append((event, data))
         elif not isinstance(data, dict) or data.get("object", _CHUNK) != _CHUNK:
+            self._show(None, data)
             self._out += event.raw  # keep-alive text, Azure content-filter side chunks
         elif (chunk := self._client_chunk(data)) is not None:
             if _closes(chunk):
@@ -255,6 +258,7 @@ class ChatStitcher(Stitcher):
         for choice, fragment in self._whole:
             chunk = {**self._envelope, "choices": [{"index": choice, "delta": {"tool_calls": [fragment]},
                                                     "finish_reason": None}]}
+            self._show(None, chunk)
             self._out += encode_event(dumps(chunk))
         self._whole = []
 
@@ -269,11 +273,13 @@ class ChatStitcher(Stitcher):
                 and (delta := {k: v for k, v in as_dict(c.get("delta")).items() if k != "role"})
             ]
             if kept:
+                self._show(None, {**chunk, "choices": kept})
                 self._out += encode_event(dumps({**chunk, "choices": kept}))
         self._held = []
 
     # -- what the client sees --------------------------------------------------------------
     def _emit(self, event: Event, chunk: Any) -> None:
+        self._show(None, chunk)
         self._out += event.raw if chunk == event.data else encode_event(dumps(chunk))
 
     def _message(self) -> dict[str, Any] | None:

@@ -37,6 +37,7 @@ from tooldisco.apis.common import (
     user_text,
 )
 from tooldisco.apis.openai_responses.messages import (
+    ECHOED,
     TOOL_SEARCH,
     _client_search,
     _qualified,
@@ -325,9 +326,13 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         """The echoed ``tools`` / ``tool_choice`` of a Response text set to the client's own: the
         proxy forwarded a reduced list plus the search tool, which the client must not see. Only
         members the text has are replaced (an error body echoes nothing); other bytes are kept."""
-        for key, raw in echoed_fields(body).items():
-            if jsonspan.find(response, [key]) is not None:
-                response = jsonspan.set_member(response, jsonspan.root(response), key, raw)
+        try:  # one walk of the response, before the client's catalog is spliced into it
+            spans = dict(jsonspan.members(response, jsonspan.root(response)))  # the last duplicate counts
+        except (ValueError, IndexError):
+            return response
+        fields = echoed_fields(body) if spans.keys() & ECHOED else {}
+        for span, raw in sorted(((spans[k], raw) for k, raw in fields.items() if k in spans), reverse=True):
+            response = jsonspan.replace(response, span, raw)  # the later span first: the earlier stays put
         return response
 
     def history_path(self, body: str) -> tuple[str, ...] | None:

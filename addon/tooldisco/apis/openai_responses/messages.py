@@ -44,6 +44,7 @@ def phantom_call(item: Any, names: Collection[str]) -> bool:
 # A Response echoes the request's ``tools`` and ``tool_choice``; for a field the request left
 # out the API echoes these values.
 _ECHO_DEFAULTS = {"tools": "[]", "tool_choice": '"auto"'}
+ECHOED = frozenset(_ECHO_DEFAULTS)
 
 
 def echoed_fields(body: str) -> dict[str, str]:
@@ -51,10 +52,18 @@ def echoed_fields(body: str) -> dict[str, str]:
     client's own bytes from ``body``, or the API's value for a field it left out (or sent null)."""
     out = {}
     for key, default in _ECHO_DEFAULTS.items():
-        span = jsonspan.find(body, [key])
+        span = jsonspan.find(body, [key]) if _may_hold(body, key) else None
         raw = body[span[0] : span[1]] if span is not None else "null"
         out[key] = default if raw == "null" else raw
     return out
+
+
+def _may_hold(body: str, key: str) -> bool:
+    """Whether ``body`` can have the member ``key`` (letters and ``_``): its literal is there, or
+    it may be written with ``\\u`` escapes, the only ones that stand for those characters
+    (RFC 8259 §7). Without either, no walk of the body (its whole catalog) is needed to know the
+    member is absent."""
+    return f'"{key}"' in body or "\\u" in body
 
 
 def _orphaned_reasoning(output: list[Any], removed: set[int]) -> set[int]:

@@ -26,7 +26,9 @@ What the client sees (see ``base`` for the contract):
   the runner maps round 1's id to it for the client's next ``previous_response_id``.
 - Every response object echoes the client's own ``tools`` / ``tool_choice``, never the
   forwarded list with the search tool. So round 1's lifecycle and terminal events differ
-  from the upstream's even without a search.
+  from the upstream's even without a search. The echo is the client's own bytes, spliced
+  into the event as written: a catalog of thousands of tools is neither parsed nor
+  re-serialized for the three events that carry it.
 
 Errors. An upstream ``error`` event is passed on at once (only its ``sequence_number``,
 the stream's counter, follows the client's count) and ends the client stream; so does an
@@ -44,6 +46,7 @@ reference documents it.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 import uuid
 from typing import Any
@@ -65,9 +68,19 @@ class ResponsesStitcher(Stitcher):
 
     def __init__(self, phantom: str, body: str) -> None:
         super().__init__(phantom)
-        self._echo = {key: json.loads(raw) for key, raw in echoed_fields(body).items()}
-        model = jsonspan.find(body, ["model"])  # the whole body is the conversation: decode one member
-        self._model = json.loads(body[model[0]:model[1]]) if model is not None else None
+        # What the client's response objects echo: a placeholder per field, replaced by the
+        # client's raw JSON when the event is encoded (``_encode``). The placeholder is a random
+        # string no upstream text can hold.
+        token = secrets.token_hex(16)
+        self._raw_echo = echoed_fields(body)
+        self._echo = {key: f"tooldisco-echo-{key}-{token}" for key in self._raw_echo}
+        self._splices = [(json.dumps(self._echo[key]), raw) for key, raw in self._raw_echo.items()]
+        self._client_named_phantom = bool(phantom) and phantom in body
+        self._parsed_echo: dict[str, Any] | None = None  # the client's echo parsed, when a comparison needs it
+        # The client's stream assembled from the events as they are emitted; its echoed fields
+        # are the placeholders (what the session keeps of a turn is its output, not its echo).
+        self._client = ResponsesStreamDecoder()
+        self._body = body  # its ``model`` is read only for a failure before any upstream response
         self._seq = 0  # the client's next sequence_number
         self._next_index = 0  # the client's next output_index
         self._shown: dict[str, Any] | None = None  # the finished visible rounds, merged
@@ -200,10 +213,22 @@ class ResponsesStitcher(Stitcher):
         """An upstream event as the client's next one: raw when nothing in it changes."""
         fields["sequence_number"] = self._next_seq()
         changed = {k: v for k, v in fields.items() if k not in event.data or event.data[k] != v}
-        self._out += encode_event(dumps({**event.data, **changed}), event.type) if changed else event.raw
+        data = {**event.data, **changed} if changed else event.data
+        self._show(event.type, data)
+        self._out += self._encode(data, event.type) if changed else event.raw
 
     def _emit_new(self, kind: str, **fields: Any) -> None:
-        self._out += encode_event(dumps({"type": kind, "sequence_number": self._next_seq(), **fields}), kind)
+        data = {"type": kind, "sequence_number": self._next_seq(), **fields}
+        self._show(kind, data)
+        self._out += self._encode(data, kind)
+
+    def _encode(self, event: dict[str, Any], kind: str) -> bytes:
+        """One event on the wire, the echo placeholders replaced by the client's own JSON."""
+        text = dumps(event)
+        for placeholder, raw in self._splices:
+            if placeholder in text:
+                text = text.replace(placeholder, raw)
+        return encode_event(text, kind)
 
     def _opened(self, response: Any) -> None:
         """Round 1's lifecycle response: its id is the one the client's SDK holds us to."""
@@ -230,15 +255,33 @@ class ResponsesStitcher(Stitcher):
         return self._echoed(response)
 
     def _echoed(self, response: Any) -> Any:
-        """A response object with the client's own ``tools`` / ``tool_choice`` where it echoes them."""
+        """A response object with the client's own ``tools`` / ``tool_choice`` where it echoes
+        them; ``response`` itself when it echoes them already (its bytes then pass as they came)."""
         if not isinstance(response, dict):
             return response
-        return {**response, **{k: v for k, v in self._echo.items() if k in response}}
+        keys = [k for k in self._echo if k in response]
+        if keys and not self._differs(response, keys):
+            return response
+        return {**response, **{k: self._echo[k] for k in keys}}
+
+    def _differs(self, response: dict[str, Any], keys: list[str]) -> bool:
+        """Whether the response echoes other values than the client's. Forwarded tools that hold
+        the search tool, which the client's do not name, differ without parsing the client's."""
+        tools = response.get("tools")
+        if not self._client_named_phantom and isinstance(tools, list) and any(
+                isinstance(t, dict) and t.get("name") == self.phantom for t in tools):
+            return True
+        if self._parsed_echo is None:
+            self._parsed_echo = {key: json.loads(raw) for key, raw in self._raw_echo.items()}
+        return any(response[k] != self._parsed_echo[k] for k in keys)
 
     def _bare(self) -> dict[str, Any]:
         """A response object for a failure before the upstream sent any (the API's fields)."""
+        model = jsonspan.find(self._body, ["model"])  # the whole body is the conversation: decode one member
         return {"id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": int(time.time()),
-                "status": "failed", "error": None, "model": self._model, "output": [], "usage": None,
+                "status": "failed", "error": None,
+                "model": json.loads(self._body[model[0]:model[1]]) if model is not None else None,
+                "output": [], "usage": None,
                 **self._echo}
 
     def _next_seq(self) -> int:

@@ -25,6 +25,7 @@ from tooldisco.apis.framing.sse import encode_event
 _LIFECYCLE = ("response.created", "response.queued", "response.in_progress")
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 _TERMINAL_BY_STATUS = {"incomplete": "response.incomplete", "failed": "response.failed"}
+_ECHOED = ("tools", "tool_choice")  # request fields a response object echoes
 
 
 def _slot(items: list[Any], index: Any) -> dict[str, Any] | None:
@@ -162,7 +163,10 @@ class ResponsesAssembler(Assembler):
         source = self._final if self._final is not None else self._response
         if source is None:
             return None
-        response = copy.deepcopy(source)
+        # The echoed request fields (``tools``: the whole catalog) are shared, not copied: no
+        # reader changes them in place (``strip`` and ``merge`` copy the response's top level).
+        shared = {id(v): v for k, v in source.items() if k in _ECHOED and isinstance(v, (dict, list))}
+        response = copy.deepcopy(source, shared)
         if self._final is None or response.get("output") is None:
             response["output"] = [copy.deepcopy(self._items[i]) for i in sorted(self._items)]
         return response

@@ -95,3 +95,17 @@ def test_encoder_round_trip() -> None:
     assert body == b"event: evt\nid: 7\nretry: 10\ndata: a\ndata: b\ndata: c\n\ndata: {}\r\n\r\n"
     _, events = decode(SSEDecoder, [body])
     assert summary(events) == [("evt", "a\nb\nc", "7", 10), (None, "{}", "7", None)]
+
+
+def test_a_one_line_payload_is_framed_without_a_regex_pass(monkeypatch):
+    """An event's payload may hold a whole catalog (a Responses echo): one without line breaks
+    is framed as it is, not scanned by the line-splitting regex; one with them still splits."""
+    from tooldisco.apis.framing import sse as sse_mod
+
+    calls = []
+    split = sse_mod.re.split
+    monkeypatch.setattr(sse_mod.re, "split", lambda *a, **k: calls.append(a) or split(*a, **k))
+    assert sse_mod.encode_event('{"a":1}', "x") == b'event: x\ndata: {"a":1}\n\n'
+    assert calls == []
+    assert sse_mod.encode_event('{"a":\r\n1}') == b'data: {"a":\ndata: 1}\n\n'
+    assert len(calls) == 1

@@ -155,7 +155,8 @@ def test_rounds_written_by_the_fake_provider(adapter: GeminiAdapter, chunker: Ch
 @pytest.mark.parametrize("adapter", FORMS, ids=form_id)
 def test_chunks_go_out_with_the_feed_that_completes_them(adapter: GeminiAdapter) -> None:
     """Byte by byte: a visible chunk comes back from the feed of its last byte, a hidden or
-    held one never; what ``next_round`` releases goes out with the next feed."""
+    held one never; what ``next_round`` releases goes out with the next feed. The array's ``[``
+    goes out with the feed that brought it, as a plain proxy passes it on."""
     stitcher = adapter.stitcher(P, "{}")
     released = False  # the previous round's finishing chunk had a part to show
     for k, m in enumerate([CALL_FIRST, SEARCH_1, SEARCH_2, ANSWER_CALL], 1):
@@ -165,6 +166,8 @@ def test_chunks_go_out_with_the_feed_that_completes_them(adapter: GeminiAdapter)
             parts = event.data["candidates"][0]["content"]["parts"]
             visible = number < len(events) and not all(p.get("functionCall", {}).get("name") == P for p in parts)
             returned = [stitcher.feed(event.raw[i : i + 1]) for i in range(len(event.raw))]
+            if not adapter.sse and k == 1 and number == 1:
+                assert returned.pop(0) == b"["
             if number == 1 and k > 1:
                 assert bool(returned.pop(0)) == released, k
             assert not any(returned[:-1]) and bool(returned[-1]) == visible, (k, number)
@@ -312,3 +315,20 @@ def test_an_unterminated_last_sse_event_is_re_encoded_whole() -> None:
 def test_an_event_without_json_passes_as_it_came() -> None:
     stitcher = SSE.stitcher(P, "{}")
     assert stitcher.feed(b": keep-alive\r\ndata: not json\r\n\r\n") == b": keep-alive\r\ndata: not json\r\n\r\n"
+
+
+def test_the_array_opens_at_once_when_round_one_is_only_a_search() -> None:
+    """The client's first byte is the upstream's ``[``, not held until a round whose only
+    element is the search (hidden) has ended and the next round brought something to show;
+    the stream is still one valid array."""
+    stitcher = ARRAY.stitcher(P, "{}")
+    first = realistic(SEARCH_1, False)
+    assert stitcher.feed(first[:1]) == b"["
+    client = b"[" + stitcher.feed(first[1:])
+    assert P.encode() not in client
+    stitcher.end_round()
+    stitcher.next_round()
+    client += stitcher.feed(realistic(ANSWER_CALL, False))
+    stitcher.end_round()
+    client += stitcher.finish()
+    assert isinstance(json.loads(client), list) and json.loads(client)

@@ -322,3 +322,37 @@ def test_adapter_does_not_mutate_inputs():
     R.merge([m, m])
     R.append_round(codex_body(), m, [ToolResult(R.calls(m)[0], "x")], [])
     assert m == before
+
+
+def test_echoed_fields_find_an_absent_member_without_walking_the_body(monkeypatch) -> None:
+    """A ``tool_choice`` the body cannot hold (no literal, no ``\\u`` escape) is the API's
+    default without a walk of the body (a catalog of thousands of tools); one written with
+    escapes is still found."""
+    from tooldisco.apis.openai_responses import messages
+    from tooldisco.core import jsonspan
+
+    looked: list[str] = []
+    find = jsonspan.find
+    monkeypatch.setattr(jsonspan, "find", lambda text, path, *a: looked.append(path[0]) or find(text, path, *a))
+    body = '{"model": "gpt-5", "input": "hi", "tools": [{"type": "function", "name": "a"}]}'
+    assert messages.echoed_fields(body) == {"tools": '[{"type": "function", "name": "a"}]', "tool_choice": '"auto"'}
+    assert looked == ["tools"]
+    escaped = '{"input": "caf\\u00e9", "tools": [], "tool\\u005fchoice": "required"}'
+    assert messages.echoed_fields(escaped) == {"tools": "[]", "tool_choice": '"required"'}
+
+
+def test_restore_echo_walks_the_answer_once_before_the_catalog_goes_in(monkeypatch) -> None:
+    """The answer's members are located once, in the answer as the upstream sent it; the client's
+    fields (a catalog of thousands of tools) are then spliced in, never walked through again."""
+    from tooldisco.core import jsonspan
+
+    walked: list[str] = []
+    members, find = jsonspan.members, jsonspan.find
+    monkeypatch.setattr(jsonspan, "members", lambda text, span: walked.append(text) or members(text, span))
+    monkeypatch.setattr(jsonspan, "find", lambda text, path, *a: walked.append(text) or find(text, path, *a))
+    body = codex_body()
+    answer = json.dumps({"id": "resp_1", "tools": [{"type": "function", "name": P}], "tool_choice": "auto",
+                         "output": []})
+    out = json.loads(R.restore_echo(answer, body))
+    assert out["tools"] == CODEX_TOOLS and out["id"] == "resp_1"
+    assert set(walked) <= {answer, body}

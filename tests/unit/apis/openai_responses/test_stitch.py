@@ -279,3 +279,36 @@ def test_upstream_response_failed_is_stitched_and_reported(chunker: Chunker) -> 
     assert payloads[-1]["type"] == "response.failed" and final["error"] == error
     assert decoded(out) == expected([ROUND_SEARCH, second])
     assert final["usage"]["input_tokens"] == 1010
+
+
+def test_the_echo_goes_out_as_the_client_wrote_it() -> None:
+    """The echoed ``tools`` are the client's own bytes (its escapes, its spacing), spliced into
+    the events that carry them, not parsed and re-serialized: a catalog of thousands of tools
+    costs no JSON work per event. The SDK reads the same values."""
+    tools = '[ {"type": "function", "name": "shell", "description": "caf\\u00e9 \\/ runs", "parameters": {}} ]'
+    body = '{"model": "gpt-5-codex", "input": "hi", "stream": true, "tools": ' + tools + ', "tool_choice": "auto"}'
+    data = upstream(message("Hello.", "msg_1"), rid="resp_1")
+    out, _ = run([data], whole, body)
+    carrying = [e for e in out.split(b"\n\n") if b'"response"' in e]
+    assert len(carrying) == 3  # created, in_progress, completed
+    assert all(tools.encode() in e for e in carrying)
+    final = openai_responses_final(out, chunk=29)
+    assert final["tools"] == json.loads(tools) and P.encode() not in out
+
+
+@pytest.mark.parametrize("rounds", [[ROUND_ANSWER], [ROUND_SEARCH, ROUND_ANSWER], [ROUND_MIXED]],
+                         ids=["answer", "search", "mixed"])
+def test_the_stitcher_assembles_what_the_client_assembles(rounds: list[bytes]) -> None:
+    """``shown()``: the client's message assembled from the events as they were emitted, so the
+    runner does not parse the stitched stream (whose lifecycle events carry the whole catalog)
+    a second time. Its output and id are the client's; its echo is not kept."""
+    stitcher = R.stitcher(P, BODY)
+    out = bytearray()
+    for i, data in enumerate(rounds):
+        if i:
+            stitcher.next_round()
+        out += stitcher.feed(data)
+        stitcher.end_round()
+    out += stitcher.finish()
+    client, ours = decoder_of(R, bytes(out)).message(), stitcher.shown().message()
+    assert ours["output"] == client["output"] and ours["id"] == client["id"] and ours["usage"] == client["usage"]

@@ -185,3 +185,14 @@ def test_error_event_and_unknown_events() -> None:
     assert decoder.error["code"] == "server_error"
     with pytest.raises(StreamError):
         decoder.message()
+
+
+def test_the_echoed_catalog_is_shared_not_copied_per_message() -> None:
+    """``message()`` is a fresh object, but the echoed ``tools`` (the whole catalog, which no
+    reader changes) are not deep-copied each time it is asked for."""
+    dec = openai_responses.ResponsesStreamDecoder()
+    dec.feed(fixture("openai_responses_reasoning_tool.sse"))
+    first, second = dec.message(), dec.message()
+    assert first["tools"] and first["tools"] is second["tools"]
+    assert first["output"] == second["output"] and first["output"] is not second["output"]
+    assert first["output"][0] is not second["output"][0]
