@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable, Sequence
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import MiB, memoize
+from tooldisco.core.catalog import CatalogCache
 from tooldisco.apis import streaming as streams
 from tooldisco.apis.base import OPENAI_ERROR_TYPES, CallThrough, Failure, NativeDeferral, error_kind
-from tooldisco.core.types import RequestView, Tool, Unsupported
+from tooldisco.core.types import RequestView, Tool, ToolCatalog, Unsupported
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
 
@@ -73,13 +75,17 @@ class History:
             self.first = self.first or text
 
     def view(
-        self, tools: Sequence[Tool], forced: Iterable[str], stream: bool, hint: Any = None, continues: Any = None,
-        model: Any = None,
+        self, tools: Sequence[Tool] | ToolCatalog, forced: Iterable[str], stream: bool, hint: Any = None,
+        continues: Any = None, model: Any = None,
     ) -> RequestView:
         used = {self.calls[i] for i in self.answered if i in self.calls}
         used |= {n for n in self.calls.values() if n in self.answered_names}
+        catalog = tools if isinstance(tools, ToolCatalog) else None
+        if catalog is not None and catalog.error is not None:
+            raise Unsupported(catalog.error)
         return RequestView(
-            tools=tuple(tools),
+            tools=catalog.tools if catalog is not None else tuple(tools),
+            catalog=catalog,
             query=self.query,
             first_user=self.first,
             used=frozenset(used),
@@ -205,8 +211,99 @@ def load_object(body: str) -> dict[str, Any]:
     return data
 
 
+# The root member's value stands in for its tools while the rest of the body is decoded: a
+# string no client can send (random per process), so finding it there proves the tools value
+# spliced out was the root object's member, the one a JSON parser would have read.
+_STAND_IN = "\x00tooldisco-catalog-" + secrets.token_hex(12)
+_STAND_IN_TEXT = json.dumps(_STAND_IN)
+
+#: Tool catalogs of this process, by their text (``core.catalog``); sized by ``set_catalog_budget``.
+CATALOGS = CatalogCache(64 * MiB)
+
+#: Builds a catalog's tools from its elements' texts and decoded values (an adapter's parse);
+#: raises ``Unsupported`` for definitions it cannot use.
+Build = Callable[[Sequence[str], Sequence[Any]], Sequence[Tool]]
+
+
+def set_catalog_budget(max_bytes: int) -> None:
+    """Bound the process's catalog cache (``planning.catalog_cache_mb``)."""
+    if max_bytes != CATALOGS.max_bytes:
+        CATALOGS.max_bytes = max_bytes
+        CATALOGS.clear()
+
+
+def load_request(body: str, api: str, build: Build, key: str = "tools") -> tuple[dict[str, Any], ToolCatalog]:
+    """The body decoded, without its root member ``key`` (popped), and the catalog that member
+    holds (with its ``error`` when its definitions are unusable: ``History.view`` raises it):
+    each byte of the body decoded once, a catalog seen before not decoded at all.
+
+    The member's value is located from the end of the text (``jsonspan.member_starts``); a
+    cached catalog whose text the body carries there is that value, else the array is decoded
+    element by element (values and spans together) and its catalog built and kept. The rest of
+    the body is decoded with a stand-in in the value's place, and the stand-in found as the
+    root's ``key`` proves the value was the root member's. Anything else (no such member, one
+    written with escapes, not an array) takes the plain way, with the same outcome."""
+    scope = (api, key)
+    for start in jsonspan.member_starts(body, key):
+        catalog = CATALOGS.find(scope, body, start)
+        values: list[Any] | None = None
+        try:
+            if catalog is not None:
+                end = start + len(catalog.text)
+            elif body[start] == "[":
+                values, spans, end = jsonspan.decode_array(body, start)
+            else:
+                continue
+            data = json.loads(body[:start] + _STAND_IN_TEXT + body[end:])
+        except (ValueError, RecursionError, IndexError):  # IndexError: the text ends inside the array
+            break  # not JSON as spliced: the plain way says why
+        if not isinstance(data, dict) or data.get(key) != _STAND_IN:
+            continue  # a nested object's member: an earlier literal may be the root's
+        del data[key]
+        if catalog is None:
+            raws = tuple(body[a:b] for a, b in spans)
+            catalog = _built(raws, values or [], build, body[start:end])
+            CATALOGS.add(scope, catalog)
+        jsonspan.known_member(body, key, (start, end))
+        jsonspan.remember(body, ("catalog", key), catalog)
+        jsonspan.remember(body, "decoded", data)
+        return data, catalog
+    data = load_object(body)
+    jsonspan.remember(body, "decoded", data)
+    if key not in data:
+        return data, ToolCatalog(())
+    value = data.pop(key)
+    if not isinstance(value, list):
+        raise Unsupported(f"{key} is not an array")
+    return data, _built(tuple(tool_spans(body, [key])), value, build)
+
+
+def decoded(body: str) -> dict[str, Any]:
+    """The body's root object, for reading members other than its tools: the one
+    ``load_request`` decoded for this very text (inside ``jsonspan.reusing``), else decoded now."""
+    found = jsonspan.recalled(body, "decoded")
+    return found if isinstance(found, dict) else load_object(body)
+
+
+def _built(raws: tuple[str, ...], values: Sequence[Any], build: Build, text: str = "") -> ToolCatalog:
+    """The catalog of ``raws``; definitions the adapter refuses make one that says why."""
+    try:
+        tools = tuple(build(raws, values))
+        check_unique(tools)
+    except Unsupported as e:
+        return ToolCatalog((), raws, text, error=str(e))
+    return ToolCatalog(tools, raws, text)
+
+
+def each_tool(parse: Callable[[str, Any], Tool]) -> Build:
+    """A ``Build`` for APIs whose every element is one tool."""
+    return lambda raws, values: tuple(map(parse, raws, values))
+
+
 def tool_spans(body: str, path: Sequence[str | int]) -> list[str]:
     """Raw texts of the array elements at ``path`` (empty when absent)."""
+    if len(path) == 1 and isinstance(found := jsonspan.recalled(body, ("catalog", path[0])), ToolCatalog):
+        return list(found.raws)  # this request's catalog (``load_request``): nothing decoded again
     return list(_tool_spans(body, tuple(path)))
 
 

@@ -50,6 +50,25 @@ def reusing(text: str) -> Iterator[None]:
         _memo.text = _memo.found = None
 
 
+def remember(text: str, key: object, value: object) -> None:
+    """Keep ``value`` under ``key`` while ``reusing(text)`` runs (nothing outside it)."""
+    if getattr(_memo, "text", None) is text:
+        _memo.found[key] = value
+
+
+def recalled(text: str, key: object) -> object | None:
+    """What ``remember`` kept under ``key`` for ``text`` in this ``reusing`` block, or None."""
+    if getattr(_memo, "text", None) is not text:
+        return None
+    return _memo.found.get(key)
+
+
+def known_member(text: str, key: str, span: Span) -> None:
+    """Record that the root object's member ``key`` is the value at ``span`` (found and
+    verified by the caller), so that finding it again inside ``reusing(text)`` decodes nothing."""
+    remember(text, (key, None), (span, None))
+
+
 def members(text: str, span: Span) -> list[tuple[str, Span]]:
     """(key, value span) for each member of the object at ``span``, in order."""
     if getattr(_memo, "text", None) is not text:
@@ -87,6 +106,52 @@ def _members(text: str, span: Span) -> list[tuple[str, Span]]:
 def elements(text: str, span: Span) -> list[Span]:
     """The span of each element of the array at ``span``."""
     return _array(text, span[0])[0]
+
+
+def decode_array(text: str, start: int) -> tuple[list[object], list[Span], int]:
+    """The array at ``start``: each element's value and span, and where it ends, in one pass
+    (``raw_decode`` yields the value and its end together: nothing decoded twice)."""
+    i = _skip_ws(text, start)
+    if text[i] != "[":
+        raise ValueError("not an array")
+    values: list[object] = []
+    spans: list[Span] = []
+    i = _skip_ws(text, i + 1)
+    if text[i] == "]":
+        return values, spans, i + 1
+    decode = _DECODER.raw_decode
+    while True:
+        value, end = decode(text, i)
+        values.append(value)
+        spans.append((i, end))
+        i = end
+        while text[i] in _WS:
+            i += 1
+        if text[i] == "]":
+            return values, spans, i + 1
+        if text[i] != ",":
+            raise ValueError("expected ',' or ']'")
+        i = _skip_ws(text, i + 1)
+
+
+def member_starts(text: str, key: str, most: int = 4) -> Iterator[int]:
+    """Where values of members named ``key`` start, found from the end of the text: the last
+    ``most`` unescaped ``"key":`` literals. Unverified: such a literal may be a nested object's
+    member (callers check that the value they take is the root object's)."""
+    needle = json.dumps(key)
+    hi = len(text)
+    for _ in range(most):
+        at = text.rfind(needle, 0, hi)
+        if at < 0:
+            return
+        hi = at
+        if _escaped(text, at):
+            continue
+        i = _skip_ws(text, at + len(needle))
+        if i < len(text) and text[i] == ":":
+            start = _skip_ws(text, i + 1)
+            if start < len(text):
+                yield start
 
 
 def _array(text: str, start: int) -> tuple[list[Span], int]:
@@ -154,7 +219,9 @@ def find_elements(text: str, path: Path) -> list[Span] | None:
             return None
         if span is not _UNSURE:
             if items is None:
-                raise ValueError("not an array")
+                if text[span[0]] != "[":
+                    raise ValueError("not an array")
+                items = elements(text, span)  # a member recorded without its elements (``known_member``)
             return items
     span = find(text, path)
     return None if span is None else elements(text, span)
@@ -246,7 +313,7 @@ def append_to_array(text: str, span: Span, items: Sequence[str]) -> str:
         return text
     close = span[1] - 1
     assert text[close] == "]"
-    has_items = bool(elements(text, span))
+    has_items = text[_skip_ws(text, span[0] + 1)] != "]"  # the first element, not all of them decoded
     insert = ("," if has_items else "") + ",".join(items)
     return text[:close] + insert + text[close:]
 

@@ -274,9 +274,10 @@ class InvokeAdapter(AnthropicAdapter):
     def parse(self, body: str) -> RequestView:
         # Bedrock requires anthropic_version in a Claude body; other model families (Llama,
         # Titan, Nova…) have their own bodies, which we do not touch.
-        if "anthropic_version" not in load_object(body):
+        data, catalog = self.load(body)
+        if "anthropic_version" not in data:
             raise Unsupported("not a Claude body (no anthropic_version)")
-        return dataclasses.replace(super().parse(body), stream=self.stream)
+        return dataclasses.replace(self.view_of(data, catalog), stream=self.stream)
 
     def decoder(self) -> StreamDecoder:
         return InvokeStreamDecoder()

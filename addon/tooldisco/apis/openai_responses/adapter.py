@@ -26,11 +26,11 @@ from tooldisco.apis.common import (
     AdapterDefaults,
     History,
     append_array,
-    check_unique,
+    decoded,
     load_object,
+    load_request,
     params_of,
     parse_arguments,
-    parsed_tools,
     query_schema,
     replace_array,
     tool_spans,
@@ -146,6 +146,11 @@ def parse_tool(raw: str) -> Tool:
     return Tool(d["name"], raw, desc if isinstance(desc, str) else "", params_of(d.get("parameters")), pinned)
 
 
+def _build(raws: Sequence[str], values: Sequence[Any]) -> tuple[Tool, ...]:
+    """A catalog's tools: a namespace's functions each a tool of their own (``_split``)."""
+    return tuple(t for raw in raws for t in _split(parse_tool(raw)))
+
+
 def _stored(data: dict[str, Any]) -> bool:
     return data.get("store") is not False  # the API stores responses unless told not to
 
@@ -187,14 +192,12 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         return parse_tool(raw)
 
     def parse(self, body: str) -> RequestView:
-        data = load_object(body)
+        data, catalog = load_request(body, self.api, _build)
         items = data.get("input", [])
         if isinstance(items, str):
             items = [{"role": "user", "content": items}]
         if not isinstance(items, list):
             raise Unsupported("input is neither text nor a list of items")
-        tools = tuple(t for tool in parsed_tools(body, ["tools"], parse_tool) for t in _split(tool))
-        check_unique(tools)
         history = History()
         for item in items:
             if not isinstance(item, dict):
@@ -210,7 +213,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
                 history.answered.add(str(item.get("call_id")))
         # tool_choice {type:"function", name} and {type:"allowed_tools", tools:[{type:"function", name}]}
         forced = forced_names(data.get("tool_choice"))
-        return history.view(tools, forced, data.get("stream") is True, data.get("prompt_cache_key"),
+        return history.view(catalog, forced, data.get("stream") is True, data.get("prompt_cache_key"),
                             continues=data.get("previous_response_id") if _stored(data) else None,
                             model=data.get("model"))
 
@@ -299,7 +302,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
     def owed_results(self, body: str, results: Sequence[ToolResult]) -> list[str]:
         # A stored response with a function_call lacking its output fails the next chained
         # turn ("No tool output found for function call …"): the outputs must follow.
-        if not _stored(load_object(body)):
+        if not _stored(decoded(body)):
             return []
         return [_output_item(r) for r in results]
 
@@ -331,7 +334,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         return response
 
     def history_path(self, body: str) -> tuple[str, ...] | None:
-        data = load_object(body)
+        data = decoded(body)
         if (data.get("previous_response_id") and _stored(data)) or data.get("conversation") is not None:
             return None  # the server holds the real rounds: chain_from / link keep the chain
         return ("input",)
