@@ -74,8 +74,8 @@ class Tool:
 #: them (never more than the text): charged from lengths alone, without walking the objects.
 BYTES_PER_CHAR = 3
 #: What a catalog holds per tool beyond its texts: the ``Tool`` object and its field headers,
-#: the tuples and dicts listing it.
-BYTES_PER_TOOL = 1024
+#: the tuples, sets and dicts listing it (tracemalloc's figure on CPython 3.13, rounded up).
+BYTES_PER_TOOL = 640
 #: Derived values kept per catalog (config-dependent verdicts, a session's deferred set's
 #: search-tool description…); the least recently used goes past it.
 MEMO_ENTRIES = 64
@@ -101,7 +101,7 @@ class ToolCatalog:
     def nbytes(self) -> int:
         """What holding it costs, from lengths alone (``BYTES_PER_CHAR``, ``BYTES_PER_TOOL``)."""
         chars = len(self.text) or sum(map(len, self.raws))
-        return BYTES_PER_CHAR * chars + BYTES_PER_TOOL * (len(self.tools) + len(self.raws))
+        return BYTES_PER_CHAR * chars + BYTES_PER_TOOL * max(len(self.tools), len(self.raws))
 
     @cached_property
     def names(self) -> tuple[str, ...]:
