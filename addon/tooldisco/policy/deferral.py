@@ -15,7 +15,7 @@ from tooldisco.config import ToolDiscovery
 from tooldisco.core.types import RequestView, Tool, ToolCatalog
 from tooldisco.core.tokens import estimate_tokens
 from tooldisco.policy.client_search import client_search
-from tooldisco.policy.relevance import Ranker, must_keep, select
+from tooldisco.policy.relevance import Ranker, pinned_names, select
 
 _QUERY_HELP = {
     "regex": "a case-insensitive regular expression over tool names, descriptions and parameters "
@@ -121,7 +121,9 @@ def plan(
     """
     offered = view.offered
     by_name = offered.by_name
-    pinned, pinned_tokens = offered.derived(("pinned", cfg.always_keep), lambda: _pinned(offered.tools, cfg))
+    pinned = pinned_names(view, cfg)
+    pinned_tokens = offered.derived(("pinned tokens", cfg.always_keep),
+                                    lambda: sum(estimate_tokens(by_name[n].raw) for n in pinned))
     forced = {n for n in view.forced if n in by_name and n not in pinned}
     found = tuple(by_name[n] for n in expanded if n in by_name and n not in pinned and n not in forced)
     found_names = {t.name for t in found}
@@ -152,8 +154,3 @@ def plan(
         return DeferralPlan(tuple(view.tools), (), (), skipped="nothing_to_defer")
     return DeferralPlan(tuple(kept), tuple(deferred), found)
 
-
-def _pinned(tools: Sequence[Tool], cfg: ToolDiscovery) -> tuple[frozenset[str], int]:
-    """The tools ``must_keep`` keeps whatever the request (pinned, ``always_keep``), and their tokens."""
-    names = frozenset(t.name for t in tools if t.pinned is not None or cfg.keeps(t.name))
-    return names, sum(estimate_tokens(t.raw) for t in tools if t.name in names)
