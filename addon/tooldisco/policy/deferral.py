@@ -38,12 +38,20 @@ class DeferralPlan:
 def groups(tools: Sequence[Tool], most: int = 12) -> str:
     """MCP server prefixes with counts (``mcp__github__ (23)``): the search tool's description
     names them so the model knows what it can search for."""
-    counts: Counter[str] = Counter()
-    for t in tools:
-        parts = t.name.split("__")
-        counts[f"{parts[0]}__{parts[1]}__" if len(parts) >= 3 and parts[1] else "other"] += 1
+    return _groups(Counter(_group(t.name) for t in tools), most)
+
+
+def _group(name: str) -> str:
+    """A tool's MCP server prefix (``mcp__github__``), or "other"."""
+    parts = name.split("__")
+    return f"{parts[0]}__{parts[1]}__" if len(parts) >= 3 and parts[1] else "other"
+
+
+def _groups(counts: Mapping[str, int], most: int = 12) -> str:
+    """``groups`` from the count of each group's tools (a group counted 0 has none)."""
     # Sorted by count, then name: the same catalog always reads the same, whatever its order.
-    named = sorted(((k, n) for k, n in counts.items() if k != "other"), key=lambda kn: (-kn[1], kn[0]))[:most]
+    named = sorted(((k, n) for k, n in counts.items() if k != "other" and n > 0),
+                   key=lambda kn: (-kn[1], kn[0]))[:most]
     rest = sum(counts.values()) - sum(n for _, n in named)
     parts = [f"{k} ({n})" for k, n in named] + ([f"other ({rest})"] if rest else [])
     return ", ".join(parts)
@@ -51,11 +59,15 @@ def groups(tools: Sequence[Tool], most: int = 12) -> str:
 
 def phantom_description(deferred: Sequence[Tool], backend: str, limit: int, dispatcher: str | None = None) -> str:
     """The search tool's description; ``dispatcher``: call-through, found tools are called through it."""
+    return _description(len(deferred), groups(deferred), backend, limit, dispatcher)
+
+
+def _description(count: int, groups: str, backend: str, limit: int, dispatcher: str | None) -> str:
     found = (f"The best matches (up to {limit}) are returned with their definitions: call one through "
              f"{dispatcher} with its name and arguments. " if dispatcher else
              f"The best matches (up to {limit}) are loaded for you and can be called directly right after. ")
     return (
-        f"Search {len(deferred)} more tools that are available on demand: {groups(deferred)}. "
+        f"Search {count} more tools that are available on demand: {groups}. "
         f"Call this whenever you need a capability none of your loaded tools has. {found}"
         f"query: {_QUERY_HELP.get(backend, _QUERY_HELP['bm25'])}. "
         "'select:name1,name2' loads tools by exact name; '*' lists every deferred tool name."
@@ -71,9 +83,14 @@ def described(offered: ToolCatalog, plan: DeferralPlan, backend: str, limit: int
     shown = plan.deferred if natively else plan.deferred + plan.expanded
     if len(plan.kept) + len(plan.deferred) + len(plan.expanded) != len(offered.tools):  # not a plan over ``offered``
         return phantom_description(shown, backend, limit, dispatcher)
-    out = frozenset(t.name for t in plan.kept + (plan.expanded if natively else ()))
-    return offered.derived(("phantom", out, backend, limit, dispatcher),
-                           lambda: phantom_description(shown, backend, limit, dispatcher))
+    out = plan.kept + (plan.expanded if natively else ())
+
+    def describe() -> str:  # the catalog's group counts less the few tools left out
+        counts = Counter(offered.derived("groups", lambda: Counter(_group(n) for n in offered.names)))
+        counts.subtract(_group(t.name) for t in out)
+        return _description(len(shown), _groups(counts), backend, limit, dispatcher)
+
+    return offered.derived(("phantom", frozenset(t.name for t in out), backend, limit, dispatcher), describe)
 
 
 def client_defers(view: RequestView, cfg: ToolDiscovery) -> str | None:
