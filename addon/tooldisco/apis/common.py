@@ -216,6 +216,8 @@ def load_object(body: str) -> dict[str, Any]:
 # spliced out was the root object's member, the one a JSON parser would have read.
 _STAND_IN = "\x00tooldisco-catalog-" + secrets.token_hex(12)
 _STAND_IN_TEXT = json.dumps(_STAND_IN)
+_HISTORY_STAND_IN = "\x00tooldisco-history-" + secrets.token_hex(12)
+_HISTORY_STAND_IN_TEXT = json.dumps(_HISTORY_STAND_IN)
 
 #: Tool catalogs of this process, by their text (``core.catalog``); sized by ``set_catalog_budget``.
 CATALOGS = CatalogCache(64 * MiB)
@@ -232,7 +234,8 @@ def set_catalog_budget(max_bytes: int) -> None:
         CATALOGS.clear()
 
 
-def load_request(body: str, api: str, build: Build, key: str = "tools") -> tuple[dict[str, Any], ToolCatalog]:
+def load_request(body: str, api: str, build: Build, key: str = "tools",
+                 history: str | None = None) -> tuple[dict[str, Any], ToolCatalog]:
     """The body decoded, without its root member ``key`` (popped), and the catalog that member
     holds (with its ``error`` when its definitions are unusable: ``History.view`` raises it):
     each byte of the body decoded once, a catalog seen before not decoded at all.
@@ -242,7 +245,11 @@ def load_request(body: str, api: str, build: Build, key: str = "tools") -> tuple
     element by element (values and spans together) and its catalog built and kept. The rest of
     the body is decoded with a stand-in in the value's place, and the stand-in found as the
     root's ``key`` proves the value was the root member's. Anything else (no such member, one
-    written with escapes, not an array) takes the plain way, with the same outcome."""
+    written with escapes, not an array) takes the plain way, with the same outcome.
+
+    ``history``: the root member holding the conversation (an array), decoded element by element
+    in the same pass, so that what is later located in it (``jsonspan.find_elements``: the
+    restored rounds) is not decoded again; proven the root's by a stand-in of its own."""
     scope = (api, key)
     for start in jsonspan.member_starts(body, key):
         catalog = CATALOGS.find(scope, body, start)
@@ -254,12 +261,21 @@ def load_request(body: str, api: str, build: Build, key: str = "tools") -> tuple
                 values, spans, end = jsonspan.decode_array(body, start)
             else:
                 continue
-            data = json.loads(body[:start] + _STAND_IN_TEXT + body[end:])
+            conversation = _history(body, history, (start, end)) if history else None
+            data = json.loads(_spliced(body, (start, end), conversation))
         except (ValueError, RecursionError, IndexError):  # IndexError: the text ends inside the array
             break  # not JSON as spliced: the plain way says why
         if not isinstance(data, dict) or data.get(key) != _STAND_IN:
             continue  # a nested object's member: an earlier literal may be the root's
         del data[key]
+        if conversation is not None and history is not None:
+            if data.get(history) == _HISTORY_STAND_IN:
+                data[history] = conversation[1]
+                jsonspan.remember(body, (history, None), (conversation[0], conversation[2]))
+                jsonspan.remember(body, ("values", history), conversation[1])  # each entry's value, by span
+            else:  # a nested member's: the conversation as a parser reads it (a rare second decode)
+                data = json.loads(body[:start] + _STAND_IN_TEXT + body[end:])
+                del data[key]
         if catalog is None:
             raws = tuple(body[a:b] for a, b in spans)
             catalog = _built(raws, values or [], build, body[start:end])
@@ -276,6 +292,30 @@ def load_request(body: str, api: str, build: Build, key: str = "tools") -> tuple
     if not isinstance(value, list):
         raise Unsupported(f"{key} is not an array")
     return data, _built(tuple(tool_spans(body, [key])), value, build)
+
+
+_History = tuple[tuple[int, int], list[Any], list[tuple[int, int]]]  # span, element values, element spans
+
+
+def _history(body: str, name: str, tools: tuple[int, int]) -> _History | None:
+    """The array a root member ``name`` may hold, outside the tools' span, found from the end
+    and decoded element by element (unverified: ``load_request`` proves it the root's)."""
+    for start in jsonspan.member_starts(body, name):
+        if tools[0] <= start < tools[1] or body[start] != "[":
+            continue  # inside the tools (a schema's property), or not an array
+        values, spans, end = jsonspan.decode_array(body, start)
+        return (start, end), values, spans
+    return None
+
+
+def _spliced(body: str, tools: tuple[int, int], conversation: _History | None) -> str:
+    """``body`` with stand-ins in place of the tools and the conversation."""
+    cuts = [(tools, _STAND_IN_TEXT)] + ([(conversation[0], _HISTORY_STAND_IN_TEXT)] if conversation else [])
+    out, at = [], 0
+    for (a, b), text in sorted(cuts):
+        out += [body[at:a], text]
+        at = b
+    return "".join(out) + body[at:]
 
 
 def decoded(body: str) -> dict[str, Any]:

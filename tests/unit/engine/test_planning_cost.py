@@ -19,9 +19,11 @@ from tests.support.catalog import anthropic_tools, openai_tools
 TOOLS = anthropic_tools(300)
 
 
-def body(text: str, tools=TOOLS, session: int = 0) -> bytes:
+def body(text: str, tools=TOOLS, session: int = 0, turns: int = 1) -> bytes:
+    earlier = [{"role": role, "content": f"turn {i}: " + "words of a long conversation " * 20}
+               for i in range(turns) for role in ("user", "assistant")]
     return json.dumps({"model": "m", "max_tokens": 9, "tools": tools, "messages": [
-        {"role": "user", "content": f"conversation {session}"}, {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": f"conversation {session}"}, {"role": "assistant", "content": "ok"}, *earlier,
         {"role": "user", "content": text}]}).encode()
 
 
@@ -68,7 +70,7 @@ def test_a_catalog_seen_before_is_not_decoded_again_and_nothing_of_the_body_twic
     headers = {"x-api-key": "sk-cost"}
     first = engine.prepare(adapter, headers, body("post the summary to slack"))
     assert first.context is not None  # deferred: the planning ran in full
-    later = body("what is the weather in Paris", session=1)
+    later = body("what is the weather in Paris", session=1, turns=40)  # a conversation, decoded once too
     tools_text = len(json.dumps(TOOLS))
     count = Counting(monkeypatch)
     prepared = engine.prepare(adapter, headers, later)
@@ -128,3 +130,28 @@ def test_a_catalog_with_unusable_definitions_is_refused_on_every_request() -> No
     for _ in range(2):  # found again by its text: refused again
         with jsonspan.reusing(text), pytest.raises(common.Unsupported, match="duplicate tool name"):
             OpenAIChatAdapter().parse(text)
+
+
+def test_the_conversation_decoded_with_the_tools_is_the_root_members() -> None:
+    """The history decoded element by element in the parse is the root's ``messages`` (not a
+    tool schema's property or a nested member of that name), and the spans it leaves for the
+    restore are the ones a plain walk finds."""
+    forget_catalogs()
+    tools = anthropic_tools(20)
+    tools[0] = {**tools[0], "input_schema": {"type": "object", "properties": {"messages": {"type": "array"}},
+                                             "examples": {"messages": [1, 2]}}}
+    nested = {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": tools[1]["name"],
+                                                "input": {"messages": [{"a": 1}]}}]}
+    texts = [json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}, nested,
+                                                    {"role": "user", "content": "again"}], "tools": tools}),
+             json.dumps({"model": "m", "tools": tools, "messages": [{"role": "user", "content": "hi"}, nested,
+                                                                    {"role": "user", "content": "again"}]}),
+             json.dumps({"model": "m", "tools": tools, "messages": [{"role": "user", "content": "hi"}],
+                         "metadata": {"messages": [{"role": "user", "content": "not this"}]}})]
+    for text in texts:
+        plain = json.loads(text)
+        spans = jsonspan.elements(text, jsonspan.find(text, ["messages"]))
+        with jsonspan.reusing(text):
+            data, _ = AnthropicAdapter().load(text)
+            assert data["messages"] == plain["messages"]
+            assert jsonspan.find_elements(text, ["messages"]) == spans

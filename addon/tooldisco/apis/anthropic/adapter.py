@@ -152,7 +152,7 @@ class AnthropicAdapter(AdapterDefaults):
 
     def load(self, body: str) -> tuple[dict[str, Any], ToolCatalog]:
         """The body decoded, its tools apart (``load_request``)."""
-        return load_request(body, self.api, _BUILD)
+        return load_request(body, self.api, _BUILD, history="messages")
 
     def view_of(self, data: dict[str, Any], catalog: ToolCatalog) -> RequestView:
         """The view of a body decoded by ``load_request`` (its tools apart, in ``catalog``)."""

@@ -281,7 +281,7 @@ class GeminiAdapter(AdapterDefaults):
         return _entries_of(tool_spans(body, ["tools"]))
 
     def parse(self, body: str) -> RequestView:
-        data, catalog = load_request(body, self.api, _build)
+        data, catalog = load_request(body, self.api, _build, history="contents")
         contents = data.get("contents")
         if not isinstance(contents, list):
             raise Unsupported("no contents array")

@@ -157,7 +157,7 @@ class OpenAIChatAdapter(AdapterDefaults):
         return parse_tool(raw)
 
     def parse(self, body: str) -> RequestView:
-        data, catalog = load_request(body, self.api, _BUILD)
+        data, catalog = load_request(body, self.api, _BUILD, history="messages")
         messages = data.get("messages")
         if not isinstance(messages, list):
             raise Unsupported("no messages array")

@@ -192,7 +192,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         return parse_tool(raw)
 
     def parse(self, body: str) -> RequestView:
-        data, catalog = load_request(body, self.api, _build)
+        data, catalog = load_request(body, self.api, _build, history="input")
         items = data.get("input", [])
         if isinstance(items, str):
             items = [{"role": "user", "content": items}]
