@@ -220,7 +220,7 @@ _HISTORY_STAND_IN = "\x00tooldisco-history-" + secrets.token_hex(12)
 _HISTORY_STAND_IN_TEXT = json.dumps(_HISTORY_STAND_IN)
 
 #: Tool catalogs of this process, by their text (``core.catalog``); sized by ``set_catalog_budget``.
-CATALOGS = CatalogCache(64 * MiB)
+CATALOGS = CatalogCache(128 * MiB)
 
 #: Builds a catalog's tools from its elements' texts and decoded values (an adapter's parse);
 #: raises ``Unsupported`` for definitions it cannot use.
