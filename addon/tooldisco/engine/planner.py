@@ -200,12 +200,13 @@ class Planner:
             return Prepared()
         ranker = _ranked_now(self.ranker, view)
         seen = view.offered.name_set
+        listed = view.offered.derived("tool list key", lambda: relevance.tool_list_key(seen))
         size = estimate_tokens(text)
 
         def decide(s: SessionState) -> relevance.Selection:
-            order = relevance.recall(s.forwarded, seen)
+            order = relevance.recall(s.forwarded, seen, listed)
             sel = relevance.select(view, td, keep, order, s.expanded, ranker, size)
-            relevance.remember(s.forwarded, seen, [t.name for t in sel.kept])
+            relevance.remember(s.forwarded, seen, [t.name for t in sel.kept], listed)
             return sel
 
         sel = self._decide(session, decide)

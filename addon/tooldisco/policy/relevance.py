@@ -220,12 +220,13 @@ def tool_list_key(names: Iterable[str]) -> str:
     return hashlib.sha256("\0".join(sorted(names)).encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def recall(lists: Mapping[str, Sequence[str]], names: Collection[str]) -> list[str] | None:
+def recall(lists: Mapping[str, Sequence[str]], names: Collection[str], key: str | None = None) -> list[str] | None:
     """The order forwarded before for this tool list (``SessionState.forwarded``); None for
     the session's first. A list not seen yet (a sub-agent, a client that connected one more
     MCP server) starts from the remembered one sharing most names, so its tools keep their
-    places; each list then evolves on its own, so one agent's additions never change another's."""
-    key = tool_list_key(names)
+    places; each list then evolves on its own, so one agent's additions never change another's.
+    ``key``: ``tool_list_key(names)``, when the caller has it."""
+    key = key or tool_list_key(names)
     if key in lists:
         return list(lists[key])
     present = set(names)
@@ -234,10 +235,11 @@ def recall(lists: Mapping[str, Sequence[str]], names: Collection[str]) -> list[s
     return inherited or None
 
 
-def remember(lists: dict[str, list[str]], names: Collection[str], forwarded: Sequence[str]) -> None:
+def remember(lists: dict[str, list[str]], names: Collection[str], forwarded: Sequence[str],
+             key: str | None = None) -> None:
     """Record what one request forwarded for its tool list; an unchanged list writes nothing.
-    Past ``MAX_LISTS`` the list changed longest ago goes."""
-    key = tool_list_key(names)
+    Past ``MAX_LISTS`` the list changed longest ago goes. ``key``: as for ``recall``."""
+    key = key or tool_list_key(names)
     if lists.get(key) == list(forwarded):
         return
     lists.pop(key, None)
