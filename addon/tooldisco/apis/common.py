@@ -234,8 +234,8 @@ def set_catalog_budget(max_bytes: int) -> None:
         CATALOGS.clear()
 
 
-def load_request(body: str, api: str, build: Build, key: str = "tools",
-                 history: str | None = None) -> tuple[dict[str, Any], ToolCatalog]:
+def load_request(body: str, api: str, build: Build, key: str = "tools", history: str | None = None,
+                 inner: tuple[str, ...] = ()) -> tuple[dict[str, Any], ToolCatalog]:
     """The body decoded, without its root member ``key`` (popped), and the catalog that member
     holds (with its ``error`` when its definitions are unusable: ``History.view`` raises it):
     each byte of the body decoded once, a catalog seen before not decoded at all.
@@ -249,15 +249,25 @@ def load_request(body: str, api: str, build: Build, key: str = "tools",
 
     ``history``: the root member holding the conversation (an array), decoded element by element
     in the same pass, so that what is later located in it (``jsonspan.find_elements``: the
-    restored rounds) is not decoded again; proven the root's by a stand-in of its own."""
-    scope = (api, key)
+    restored rounds) is not decoded again; proven the root's by a stand-in of its own.
+
+    ``inner``: the tools are the array at this path inside the root member ``key``, an object
+    (Bedrock Converse's ``toolConfig.tools``): the whole member is the catalog's text, and the
+    body's ``key`` is read as that object without its tools (shared: never to be changed)."""
+    scope = (api, key, inner)
+    path = (key, *inner)
     for start in jsonspan.member_starts(body, key):
         catalog = CATALOGS.find(scope, body, start)
         values: list[Any] | None = None
         try:
             if catalog is not None:
                 end = start + len(catalog.text)
-            elif body[start] == "[":
+            elif inner and body[start] == "{":
+                made = _nested(body, start, inner)
+                if made is None:
+                    continue
+                values, spans, end, member, at = made
+            elif not inner and body[start] == "[":
                 values, spans, end = jsonspan.decode_array(body, start)
             else:
                 continue
@@ -268,6 +278,16 @@ def load_request(body: str, api: str, build: Build, key: str = "tools",
         if not isinstance(data, dict) or data.get(key) != _STAND_IN:
             continue  # a nested object's member: an earlier literal may be the root's
         del data[key]
+        if catalog is None:
+            raws = tuple(body[a:b] for a, b in spans)
+            catalog = _built(raws, values or [], build, body[start:end])
+            if inner:
+                catalog.member, catalog.within = member, at
+            CATALOGS.add(scope, catalog)
+        if inner:
+            data[key] = catalog.member
+            if catalog.within is not None:
+                jsonspan.remember(body, ("path", path), (start + catalog.within[0], start + catalog.within[1]))
         if conversation is not None and history is not None:
             if data.get(history) == _HISTORY_STAND_IN:
                 data[history] = conversation[1]
@@ -276,22 +296,43 @@ def load_request(body: str, api: str, build: Build, key: str = "tools",
             else:  # a nested member's: the conversation as a parser reads it (a rare second decode)
                 data = json.loads(body[:start] + _STAND_IN_TEXT + body[end:])
                 del data[key]
-        if catalog is None:
-            raws = tuple(body[a:b] for a, b in spans)
-            catalog = _built(raws, values or [], build, body[start:end])
-            CATALOGS.add(scope, catalog)
+                if inner:
+                    data[key] = catalog.member
         jsonspan.known_member(body, key, (start, end))
-        jsonspan.remember(body, ("catalog", key), catalog)
+        jsonspan.remember(body, ("catalog", path), catalog)
         jsonspan.remember(body, "decoded", data)
         return data, catalog
     data = load_object(body)
     jsonspan.remember(body, "decoded", data)
+    if inner:  # as the tools at the path are found there, whatever the member holds
+        raws = tuple(tool_spans(body, path))
+        return data, _built(raws, [json.loads(r) for r in raws], build)
     if key not in data:
         return data, ToolCatalog(())
     value = data.pop(key)
     if not isinstance(value, list):
         raise Unsupported(f"{key} is not an array")
     return data, _built(tuple(tool_spans(body, [key])), value, build)
+
+
+def _nested(body: str, start: int, inner: tuple[str, ...]
+            ) -> tuple[list[Any], list[tuple[int, int]], int, Any, tuple[int, int] | None] | None:
+    """The object member at ``start`` holding the tools at ``inner``: their values and spans (in
+    the body), where the member ends, the member without its tools, and where the tools' array
+    is within the member's text (None: it has none). None when the tools are not an array."""
+    member, end = jsonspan.decode_value(body, start)
+    text = body[start:end]
+    at = jsonspan.find(text, inner)
+    if at is None:
+        return [], [], end, member, None
+    if text[at[0]] != "[":
+        return None
+    spans = [(start + a, start + b) for a, b in jsonspan.elements(text, at)]
+    holder = member
+    for step in inner[:-1]:
+        holder = holder[step]
+    values = holder.pop(inner[-1])
+    return values, spans, end, member, at
 
 
 _History = tuple[tuple[int, int], list[Any], list[tuple[int, int]]]  # span, element values, element spans
@@ -318,6 +359,12 @@ def _spliced(body: str, tools: tuple[int, int], conversation: _History | None) -
     return "".join(out) + body[at:]
 
 
+def catalog_at(body: str, path: Sequence[str | int] = ("tools",)) -> ToolCatalog | None:
+    """The catalog ``load_request`` found at ``path`` in this very text (inside ``jsonspan.reusing``)."""
+    found = jsonspan.recalled(body, ("catalog", tuple(path)))
+    return found if isinstance(found, ToolCatalog) else None
+
+
 def decoded(body: str) -> dict[str, Any]:
     """The body's root object, for reading members other than its tools: the one
     ``load_request`` decoded for this very text (inside ``jsonspan.reusing``), else decoded now."""
@@ -342,7 +389,7 @@ def each_tool(parse: Callable[[str, Any], Tool]) -> Build:
 
 def tool_spans(body: str, path: Sequence[str | int]) -> list[str]:
     """Raw texts of the array elements at ``path`` (empty when absent)."""
-    if len(path) == 1 and isinstance(found := jsonspan.recalled(body, ("catalog", path[0])), ToolCatalog):
+    if isinstance(found := catalog_at(body, path), ToolCatalog):
         return list(found.raws)  # this request's catalog (``load_request``): nothing decoded again
     return list(_tool_spans(body, tuple(path)))
 

@@ -108,6 +108,11 @@ def elements(text: str, span: Span) -> list[Span]:
     return _array(text, span[0])[0]
 
 
+def decode_value(text: str, start: int) -> tuple[object, int]:
+    """The value at ``start`` and where it ends."""
+    return _DECODER.raw_decode(text, start)  # type: ignore[no-any-return]
+
+
 def decode_array(text: str, start: int) -> tuple[list[object], list[Span], int]:
     """The array at ``start``: each element's value and span, and where it ends, in one pass
     (``raw_decode`` yields the value and its end together: nothing decoded twice)."""
@@ -182,6 +187,8 @@ def root(text: str) -> Span:
 
 def find(text: str, path: Path, span: Span | None = None) -> Span | None:
     """The span of the value at ``path`` (keys and indexes), or None if absent."""
+    if span is None and len(path) > 1 and (known := recalled(text, ("path", tuple(path)))) is not None:
+        return known  # type: ignore[return-value]  # located by the parse (``common.load_request``)
     cur = span or root(text)
     if span is None and path and isinstance(path[0], str):
         first = _root_member(text, cur, path[0])[0]

@@ -94,6 +94,10 @@ class ToolCatalog:
         self.raws = raws
         self.text = text
         self.error = error
+        # Tools nested in a root member (``common.load_request``'s ``inner``): that member decoded
+        # without them (read-only: shared), and where their array is within ``text``.
+        self.member: Any = None
+        self.within: tuple[int, int] | None = None
         self._memo: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -142,11 +146,6 @@ class ToolCatalog:
 
 def of_tools(tools: tuple[Tool, ...]) -> ToolCatalog:
     """A catalog of tools not found by their text (kept nowhere: what is derived lasts one view)."""
-    return ToolCatalog(tools, tuple(t.raw for t in tools))
-
-
-def of_tools(tools: tuple[Tool, ...]) -> ToolCatalog:
-    """A catalog for tools not found by their text (kept nowhere: derived values last one request)."""
     return ToolCatalog(tools, tuple(t.raw for t in tools))
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from tooldisco.apis import common
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter
+from tooldisco.apis.bedrock.adapter import ConverseAdapter
 from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
 from tooldisco.config import parse
 from tooldisco.core import jsonspan
@@ -155,3 +156,27 @@ def test_the_conversation_decoded_with_the_tools_is_the_root_members() -> None:
             data, _ = AnthropicAdapter().load(text)
             assert data["messages"] == plain["messages"]
             assert jsonspan.find_elements(text, ["messages"]) == spans
+
+
+def test_bedrock_converse_finds_its_nested_tools_by_their_text_too(monkeypatch) -> None:
+    """``toolConfig`` (its ``tools`` and ``toolChoice``) is Converse's catalog: found again by
+    its text, not decoded, and the forwarded body is the one the plain way makes."""
+    forget_catalogs()
+    adapter = ConverseAdapter()
+    specs = [{"toolSpec": {"name": t["name"], "description": t["description"],
+                           "inputSchema": {"json": t["input_schema"]}}} for t in TOOLS[:80]]
+    config = {"tools": [*specs, {"cachePoint": {"type": "default"}}], "toolChoice": {"tool": {"name": specs[3]["toolSpec"]["name"]}}}
+    text = json.dumps({"messages": [{"role": "user", "content": [{"text": "hi"}]}], "toolConfig": config,
+                       "inferenceConfig": {"maxTokens": 9}})
+    keep = [json.dumps(s) for s in specs[:5]]
+    plain = adapter.with_tools(text, keep)  # no parse before it: located the plain way
+    with jsonspan.reusing(text):
+        first = adapter.parse(text)
+    count = Counting(monkeypatch)
+    with jsonspan.reusing(text):
+        view = adapter.parse(text)
+        forwarded = adapter.with_tools(text, keep)
+    assert count.chars <= len(text) - len(json.dumps(config)) + 200
+    assert [t.name for t in view.tools] == [t.name for t in first.tools] == [s["toolSpec"]["name"] for s in specs]
+    assert view.forced == {specs[3]["toolSpec"]["name"]}
+    assert forwarded == plain

@@ -14,6 +14,7 @@ from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import (
     deferred_text,
     History,
+    catalog_at,
     AdapterDefaults,
     append_array,
     each_tool,
@@ -61,8 +62,8 @@ def _session_hint(data: dict[str, Any]) -> str | None:
 
 def _marked(body: str) -> list[str]:
     """The body's tool definitions that mention ``cache_control`` (per catalog, once)."""
-    catalog = jsonspan.recalled(body, ("catalog", "tools"))
-    if isinstance(catalog, ToolCatalog):
+    catalog = catalog_at(body)
+    if catalog is not None:
         return catalog.derived("cache_control", lambda: [r for r in catalog.raws if '"cache_control"' in r])
     return [r for r in tool_spans(body, ["tools"]) if '"cache_control"' in r]
 
@@ -190,8 +191,8 @@ class AnthropicAdapter(AdapterDefaults):
 
     def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
         hidden = set(deferred)
-        catalog = jsonspan.recalled(body, ("catalog", "tools"))
-        if isinstance(catalog, ToolCatalog):  # one tool per element: names known, nothing parsed again
+        catalog = catalog_at(body)
+        if catalog is not None:  # one tool per element: names known, nothing parsed again
             pairs = zip(catalog.raws, catalog.names)
         else:
             pairs = ((raw, parse_tool(raw).name) for raw in tool_spans(body, ["tools"]))

@@ -25,8 +25,8 @@ from tooldisco.apis.common import (
     History,
     AdapterDefaults,
     append_array,
-    check_unique,
     load_object,
+    load_request,
     named,
     params_of,
     query_schema,
@@ -68,6 +68,11 @@ def parse_tool(raw: str) -> Tool:
     return Tool(spec["name"], raw, desc if isinstance(desc, str) else "", params)
 
 
+def _specs(raws: Sequence[str], values: Sequence[Any]) -> tuple[Tool, ...]:
+    """A catalog's tools: its ``toolSpec`` entries (``cachePoint`` and the like are not tools)."""
+    return tuple(parse_tool(raw) for raw in raws if _is_spec(raw))
+
+
 def place_structural(original: Sequence[str], raws: Sequence[str]) -> list[str]:
     """The forwarded ``toolConfig.tools``: ``raws`` (toolSpecs) with the client's other entries placed.
 
@@ -105,12 +110,10 @@ class ConverseAdapter(AdapterDefaults):
         return parse_tool(raw)
 
     def parse(self, body: str) -> RequestView:
-        data = load_object(body)
+        data, catalog = load_request(body, self.api, _specs, key=_TOOLS[0], history="messages", inner=(_TOOLS[1],))
         messages = data.get("messages")
         if not isinstance(messages, list):
             raise Unsupported("no messages array")
-        tools = tuple(parse_tool(raw) for raw in tool_spans(body, _TOOLS) if _is_spec(raw))
-        check_unique(tools)
         history = History()
         for m in messages:
             if not isinstance(m, dict):
@@ -127,7 +130,7 @@ class ConverseAdapter(AdapterDefaults):
         choice = config.get("toolChoice") if isinstance(config, dict) else None
         tool = choice.get("tool") if isinstance(choice, dict) else None
         forced = tool.get("name") if isinstance(tool, dict) else None
-        return history.view(tools, [forced] if isinstance(forced, str) else [], self.stream)  # toolChoice {tool:{name}}
+        return history.view(catalog, [forced] if isinstance(forced, str) else [], self.stream)  # toolChoice {tool:{name}}
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         tools = place_structural(tool_spans(body, _TOOLS), raws)

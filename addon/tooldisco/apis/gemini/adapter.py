@@ -18,14 +18,14 @@ from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from tooldisco.apis.base import CallThrough, Failure, Stitcher
 from tooldisco.apis.streaming import as_dict, as_list
-from tooldisco.core.types import RequestView, Tool, ToolCall, ToolCatalog, ToolResult, Unsupported
+from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.gemini.messages import STAND_IN_SIGNATURE, _field, _parts, call_of, merge
 from tooldisco.apis.common import (
     History,
+    catalog_at,
     AdapterDefaults,
     append_array,
-    load_object,
     load_request,
     named,
     params_of,
@@ -275,8 +275,8 @@ class GeminiAdapter(AdapterDefaults):
 
     def _entries(self, body: str) -> list[_Entry]:
         """Each ``tools[]`` entry (worked out once per catalog for the request's own body)."""
-        catalog = jsonspan.recalled(body, ("catalog", "tools"))
-        if isinstance(catalog, ToolCatalog):
+        catalog = catalog_at(body)
+        if catalog is not None:
             return catalog.derived("entries", lambda: _entries_of(catalog.raws))
         return _entries_of(tool_spans(body, ["tools"]))
 
