@@ -74,8 +74,9 @@ class Tool:
 #: them (never more than the text): charged from lengths alone, without walking the objects.
 BYTES_PER_CHAR = 3
 #: What a catalog holds per tool beyond its texts: the ``Tool`` object and its field headers,
-#: the tuples, sets and dicts listing it (tracemalloc's figure on CPython 3.13, rounded up).
-BYTES_PER_TOOL = 640
+#: the tuples, sets and dicts listing it, the word index and positions relevance keeps on it
+#: (tracemalloc's figure on CPython 3.13, rounded up).
+BYTES_PER_TOOL = 1024
 #: Derived values kept per catalog (config-dependent verdicts, a session's deferred set's
 #: search-tool description…); the least recently used goes past it.
 MEMO_ENTRIES = 64
@@ -98,7 +99,10 @@ class ToolCatalog:
         # without them (read-only: shared), and where their array is within ``text``.
         self.member: Any = None
         self.within: tuple[int, int] | None = None
+        # Derived values: what the catalog alone (with a setting) decides, and what a session's
+        # tool set decides, kept apart so that many sessions never push out the catalog's own.
         self._memo: OrderedDict[Hashable, Any] = OrderedDict()
+        self._sets: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -129,18 +133,21 @@ class ToolCatalog:
     def client_deferred(self) -> int:
         return sum(t.pinned == "client_deferred" for t in self.tools)
 
-    def derived(self, key: Hashable, make: Callable[[], R]) -> R:
+    def derived(self, key: Hashable, make: Callable[[], R], per_set: bool = False) -> R:
         """``make()``, kept under ``key`` for later requests with this catalog. ``key`` must name
-        everything besides the catalog that the value depends on (config values, a deferred set)."""
+        everything besides the catalog that the value depends on (config values, a deferred
+        set); ``per_set``: a value for one tool set of a session (there are as many as sessions),
+        kept apart from the catalog's own. Each kind keeps its ``MEMO_ENTRIES`` most recent."""
+        memo = self._sets if per_set else self._memo
         with self._lock:
-            if key in self._memo:
-                self._memo.move_to_end(key)
-                return self._memo[key]  # type: ignore[no-any-return]
+            if key in memo:
+                memo.move_to_end(key)
+                return memo[key]  # type: ignore[no-any-return]
         value = make()
         with self._lock:
-            self._memo[key] = value
-            while len(self._memo) > MEMO_ENTRIES:
-                self._memo.popitem(last=False)
+            memo[key] = value
+            while len(memo) > MEMO_ENTRIES:
+                memo.popitem(last=False)
         return value
 
 

@@ -90,7 +90,8 @@ def described(offered: ToolCatalog, plan: DeferralPlan, backend: str, limit: int
         counts.subtract(_group(t.name) for t in out)
         return _description(len(shown), _groups(counts), backend, limit, dispatcher)
 
-    return offered.derived(("phantom", frozenset(t.name for t in out), backend, limit, dispatcher), describe)
+    return offered.derived(("phantom", frozenset(t.name for t in out), backend, limit, dispatcher), describe,
+                           per_set=True)
 
 
 def client_defers(view: RequestView, cfg: ToolDiscovery) -> str | None:
