@@ -505,11 +505,22 @@ def parse_arguments(text: Any) -> Any:
     return streams.parse_arguments(text) if isinstance(text, str) else text
 
 
-@memoize(16 * MiB)
+_MARK = '"defer_loading":true'
+
+
 def deferred_text(raw: str) -> str:
-    """A tool definition text with ``"defer_loading": true`` set, every other byte kept
-    (memoised: a session sends the same definitions every turn)."""
+    """A tool definition text with ``"defer_loading": true`` set, every other byte kept.
+
+    A definition that does not mention ``defer_loading`` gets the member appended before its
+    closing brace (what ``jsonspan.set_member`` writes), without decoding it: native deferral
+    marks most of a catalog on every request. (A definition's text, as ``load_request`` cuts it,
+    starts and ends with its braces.)"""
+    if raw[:1] == "{" and raw[-1:] == "}" and '"defer_loading"' not in raw:
+        return raw[:-1] + ("" if _EMPTY_OBJECT.match(raw) else ",") + _MARK + "}"
     return jsonspan.set_member(raw, jsonspan.root(raw), "defer_loading", "true")
+
+
+_EMPTY_OBJECT = re.compile(r"\{[ \t\r\n]*\}")
 
 
 def forced_names(choice: Any) -> set[str]:

@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 
 _DECODER = json.JSONDecoder()
 _WS = " \t\r\n"
+WHITESPACE = _WS  # JSON's (RFC 8259 §2)
 
 Path = Sequence[str | int]
 Span = tuple[int, int]

@@ -348,8 +348,7 @@ class Planner:
         self._count(record, plan.kept, plan.deferred, extra=estimate_tokens(search))
         # The deferred definitions still go upstream (marked): on the wire, not in the prompt. Counted
         # from the definitions, not by parsing the forwarded body again (each marked one: its text and the mark).
-        record.tool_tokens_wire = (record.tool_tokens_before + estimate_tokens(search)
-                                   + sum(map(_marked_extra, plan.deferred)))
+        record.tool_tokens_wire = record.tool_tokens_before + estimate_tokens(search) + _marks(view, plan)
 
         def fallback() -> FlowContext:  # refused: the record counts the classic request again
             record.kept_tools, record.deferred_tools, record.tool_tokens_after, record.tool_tokens_wire = counted
@@ -410,6 +409,16 @@ def _marked_extra(tool: Tool) -> int:
     if '"defer_loading"' in tool.raw:
         return 0
     return tokens_for(len(tool.raw) + len(_MARK)) - tokens_for(len(tool.raw))
+
+
+def _marks(view: RequestView, plan: deferral.DeferralPlan) -> int:
+    """What marking the plan's deferred tools adds (``_marked_extra``): the catalog's total (once)
+    less the few tools left loaded."""
+    offered = view.offered
+    if len(plan.kept) + len(plan.deferred) + len(plan.expanded) != len(offered.tools):  # not a plan over it
+        return sum(map(_marked_extra, plan.deferred))
+    total = offered.derived("marks", lambda: sum(map(_marked_extra, offered.tools)))
+    return total - sum(map(_marked_extra, plan.kept + plan.expanded))
 
 
 def _text(body: bytes) -> str:

@@ -20,10 +20,10 @@ from tests.support.catalog import anthropic_tools, openai_tools
 TOOLS = anthropic_tools(300)
 
 
-def body(text: str, tools=TOOLS, session: int = 0, turns: int = 1) -> bytes:
+def body(text: str, tools=TOOLS, session: int = 0, turns: int = 1, model: str = "m") -> bytes:
     earlier = [{"role": role, "content": f"turn {i}: " + "words of a long conversation " * 20}
                for i in range(turns) for role in ("user", "assistant")]
-    return json.dumps({"model": "m", "max_tokens": 9, "tools": tools, "messages": [
+    return json.dumps({"model": model, "max_tokens": 9, "tools": tools, "messages": [
         {"role": "user", "content": f"conversation {session}"}, {"role": "assistant", "content": "ok"}, *earlier,
         {"role": "user", "content": text}]}).encode()
 
@@ -66,12 +66,14 @@ class Counting:
         monkeypatch.setattr(jsonspan, "_DECODER", Decoder())
 
 
-def test_a_catalog_seen_before_is_not_decoded_again_and_nothing_of_the_body_twice(engine, monkeypatch) -> None:
+@pytest.mark.parametrize("model", ["m", "claude-sonnet-4-5"])  # classic deferral; native (the marked catalog)
+def test_a_catalog_seen_before_is_not_decoded_again_and_nothing_of_the_body_twice(engine, monkeypatch, model) -> None:
     adapter = AnthropicAdapter()
     headers = {"x-api-key": "sk-cost"}
-    first = engine.prepare(adapter, headers, body("post the summary to slack"))
+    first = engine.prepare(adapter, headers, body("post the summary to slack", model=model))
     assert first.context is not None  # deferred: the planning ran in full
-    later = body("what is the weather in Paris", session=1, turns=40)  # a conversation, decoded once too
+    assert first.record.deferral == ("native" if model != "m" else "classic")
+    later = body("what is the weather in Paris", session=1, turns=40, model=model)  # a conversation, decoded once too
     tools_text = len(json.dumps(TOOLS))
     count = Counting(monkeypatch)
     prepared = engine.prepare(adapter, headers, later)
@@ -180,3 +182,16 @@ def test_bedrock_converse_finds_its_nested_tools_by_their_text_too(monkeypatch) 
     assert [t.name for t in view.tools] == [t.name for t in first.tools] == [s["toolSpec"]["name"] for s in specs]
     assert view.forced == {specs[3]["toolSpec"]["name"]}
     assert forwarded == plain
+
+
+def test_marking_a_definition_for_native_deferral_decodes_nothing(monkeypatch) -> None:
+    """Native deferral marks most of a catalog on every request: the mark is appended to the
+    definition's text as ``jsonspan.set_member`` would write it, without decoding it (a cache of
+    marked texts cannot hold a large catalog's)."""
+    raws = [json.dumps({**t, "description": f"{t['description']} ({i})"}) for i, t in enumerate(anthropic_tools(50))]
+    raws += ['{}', '{ }', '{"name":"x","defer_loading":false}', '{"name":"y","description":"a \\"defer_loading\\" word"}']
+    expected = [jsonspan.set_member(r, jsonspan.root(r), "defer_loading", "true") for r in raws]
+    count = Counting(monkeypatch)
+    marked = [common.deferred_text(r) for r in raws[:50]]
+    assert count.chars == 0
+    assert marked + [common.deferred_text(r) for r in raws[50:]] == expected

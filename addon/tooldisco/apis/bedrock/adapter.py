@@ -25,7 +25,7 @@ from tooldisco.apis.common import (
     History,
     AdapterDefaults,
     append_array,
-    load_object,
+    decoded,
     load_request,
     named,
     params_of,
@@ -228,9 +228,9 @@ def _error_body(failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
     return [("content-type", "application/json"), ("x-amzn-ErrorType", name[0].upper() + name[1:])], body
 
 
-def _with_beta(body: str, beta: str) -> str:
-    """``anthropic_beta`` naming ``beta``: added to the client's list, or a list of its own."""
-    betas = load_object(body).get("anthropic_beta")
+def _with_beta(body: str, beta: str, betas: Any) -> str:
+    """``anthropic_beta`` naming ``beta``: added to the client's list (``betas``: the body's
+    ``anthropic_beta``), or a list of its own."""
     if isinstance(betas, list) and beta in betas:
         return body
     if isinstance(betas, list):
@@ -272,7 +272,8 @@ class InvokeAdapter(AnthropicAdapter):
         self.model = model  # the model id from the path (the body names none)
 
     def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
-        return _with_beta(super().native_tools(body, deferred, search), TOOL_SEARCH_BETA)
+        betas = decoded(body).get("anthropic_beta")  # the client's: only the tools change on the way
+        return _with_beta(super().native_tools(body, deferred, search), TOOL_SEARCH_BETA, betas)
 
     def parse(self, body: str) -> RequestView:
         # Bedrock requires anthropic_version in a Claude body; other model families (Llama,

@@ -26,6 +26,7 @@ from tooldisco.apis.common import (
     AdapterDefaults,
     History,
     append_array,
+    catalog_at,
     decoded,
     load_object,
     load_request,
@@ -151,6 +152,18 @@ def _build(raws: Sequence[str], values: Sequence[Any]) -> tuple[Tool, ...]:
     return tuple(t for raw in raws for t in _split(parse_tool(raw)))
 
 
+def _native_entries(raws: Sequence[str]) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
+    """Each ``tools[]`` entry for native deferral (once per catalog): its text, its tool's name,
+    and a namespace's functions with the names the model calls them by."""
+    out = []
+    for raw in raws:
+        if (parts := _namespace(raw)) is not None:
+            out.append((raw, parts[0], tuple((fn, f"{parts[0]}.{json.loads(fn)['name']}") for fn in parts[1])))
+        else:
+            out.append((raw, parse_tool(raw).name, ()))
+    return out
+
+
 def _stored(data: dict[str, Any]) -> bool:
     return data.get("store") is not False  # the API stores responses unless told not to
 
@@ -239,13 +252,17 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         """Deferred functions of a namespace get ``defer_loading`` inside it (the API's rule for
         namespaces); the namespace entry stays where the client put it."""
         hidden = set(deferred)
+        catalog = catalog_at(body)
+        entries = (catalog.derived("native entries", lambda: _native_entries(catalog.raws)) if catalog is not None
+                   else _native_entries(tool_spans(body, ["tools"])))
         raws = []
-        for raw in tool_spans(body, ["tools"]):
-            if (parts := _namespace(raw)) is not None:
-                fns = [deferred_text(fn) if f"{parts[0]}.{json.loads(fn)['name']}" in hidden else fn for fn in parts[1]]
-                raws.append(raw if fns == list(parts[1]) else replace_array(raw, ["tools"], fns))
+        for raw, name, functions in entries:
+            if functions:
+                fns = [deferred_text(fn) if qualified in hidden else fn for fn, qualified in functions]
+                raws.append(raw if all(a is b for a, b in zip(fns, (fn for fn, _ in functions)))
+                            else replace_array(raw, ["tools"], fns))
             else:
-                raws.append(deferred_text(raw) if parse_tool(raw).name in hidden else raw)
+                raws.append(deferred_text(raw) if name in hidden else raw)
         return replace_array(body, ["tools"], [*raws, search])
 
     def native_search_tool(self, name: str, description: str) -> str:
