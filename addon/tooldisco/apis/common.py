@@ -273,8 +273,8 @@ def load_request(body: str, api: str, build: Build, key: str = "tools", history:
                 continue
             conversation = _history(body, history, (start, end)) if history else None
             data = json.loads(_spliced(body, (start, end), conversation))
-        except (ValueError, RecursionError, IndexError):  # IndexError: the text ends inside the array
-            break  # not JSON as spliced: the plain way says why
+        except (ValueError, RecursionError, IndexError, KeyError, TypeError):  # IndexError: the text ends inside
+            break  # the array; KeyError, TypeError: a nested member not as located. The plain way says why.
         if not isinstance(data, dict) or data.get(key) != _STAND_IN:
             continue  # a nested object's member: an earlier literal may be the root's
         del data[key]
