@@ -2,13 +2,16 @@
 """The addon's own cost: engine time per request, and the mitmdump process's CPU and latency per
 turn with vs without it.
 
-    .venv/bin/python scripts/bench_overhead.py [--requests 200] [--proxy-requests 300] [--sizes 50,500,5000]
+    .venv/bin/python scripts/bench_overhead.py [--requests 200] [--proxy-requests 300] [--sizes 500,5000,20000]
         [--cpu-tools 500] [--cpu-turns 20] [--cpu-rounds 6] [--cpu-apis anthropic,chat,responses,gemini,converse]
 
 Part 1 times ``Engine.prepare`` (parse, score, session read/write, rewrite) on Anthropic
-bodies with 50, 500 and 5,000 tools, per strategy, against the stdlib json floor measured in
-the same run (``json.loads`` and ``json.dumps`` of the same body: the least any proxy that
-rewrites a body pays). Part 2 starts the fake provider and two real mitmdump processes, one
+bodies with 500, 5,000 and 20,000 tools, per strategy, against the stdlib json floor measured
+in the same run (``json.loads`` and ``json.dumps`` of the same body: the least any proxy that
+rewrites a body pays), each request right after its floor, so both see the same load: p50 and
+p95 of each, and their ratios. Requests come from 20 sessions in turn, so the first turn of
+each (which chooses the session's loaded tools) is among them; the process's first request
+with a catalog works out what later ones reuse. Part 2 starts the fake provider and two real mitmdump processes, one
 plain and one with the addon (the shipped config on relevance, 60 tools), and sends the same
 requests through each in the same run: req/s and latency p50/p95, and the ratios.
 
@@ -298,7 +301,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200, help="engine calls per size")
     ap.add_argument("--proxy-requests", type=int, default=300, help="requests through each proxy")
-    ap.add_argument("--sizes", default="50,500,5000", help="comma-separated tool counts for the engine part")
+    ap.add_argument("--sizes", default="500,5000,20000", help="comma-separated tool counts for the engine part")
     ap.add_argument("--cpu-tools", type=int, default=500, help="tools in every request of the CPU part")
     ap.add_argument("--cpu-turns", type=int, default=20, help="turns per block in the CPU part")
     ap.add_argument("--cpu-rounds", type=int, default=6, help="blocks per proxy, API and answer kind")
@@ -313,9 +316,11 @@ def main() -> None:
         ap.error(f"unknown --cpu-apis: {', '.join(sorted(unknown))}")
     if args.only in (None, "engine"):
         section("Engine processing time per request (Engine.prepare; ms, p50 / p95)",
-                ["strategy", "tools:", "stdlib json floor:", "Engine.prepare:", "prepare / floor p50:"],
+                ["strategy", "tools:", "stdlib json floor:", "Engine.prepare:", "prepare / floor p50:",
+                 "prepare / floor p95:"],
                 [(strategy, f"{n:,}", p50_p95(floor, 1000, 2), p50_p95(times, 1000, 2),
-                  ratio(percentile(times, 50), percentile(floor, 50), 1))
+                  ratio(percentile(times, 50), percentile(floor, 50), 2),
+                  ratio(percentile(times, 95), percentile(floor, 95), 2))
                  for strategy, n, times, floor in engine_bench(args.requests, sizes)])
     if args.only in (None, "proxy"):
         rows = proxy_bench(args.proxy_requests)

@@ -272,6 +272,8 @@ class Planning:
     queue: int = 32  # a tenant's requests waiting for a worker; past it a request goes unprocessed
     wait: float = 30.0  # a request not started within this goes unprocessed
     switch_interval: float = 0.0002  # the GIL's switch interval: how long the event loop may wait on a planning thread
+    # Tool catalogs kept parsed for the whole process (``core.catalog``): a 20,000-tool catalog holds about 35 MiB, 50,000 about 90.
+    catalog_cache_mb: int = 128
 
 
 @dataclass(frozen=True)
@@ -619,7 +621,8 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
                         per_tenant=ps.integer("per_tenant", Planning.per_tenant, 1, 256),
                         queue=ps.integer("queue", Planning.queue, 1, 100_000),
                         wait=ps.duration("wait", Planning.wait),
-                        switch_interval=ps.duration("switch_interval", Planning.switch_interval))
+                        switch_interval=ps.duration("switch_interval", Planning.switch_interval),
+                        catalog_cache_mb=ps.integer("catalog_cache_mb", Planning.catalog_cache_mb, 0, 64 * 1024))
     ps.done()
     cfg = Config(
         tool_discovery=td,

@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 
 _DECODER = json.JSONDecoder()
 _WS = " \t\r\n"
+WHITESPACE = _WS  # JSON's (RFC 8259 §2)
 
 Path = Sequence[str | int]
 Span = tuple[int, int]
@@ -48,6 +49,25 @@ def reusing(text: str) -> Iterator[None]:
         yield
     finally:
         _memo.text = _memo.found = None
+
+
+def remember(text: str, key: object, value: object) -> None:
+    """Keep ``value`` under ``key`` while ``reusing(text)`` runs (nothing outside it)."""
+    if getattr(_memo, "text", None) is text:
+        _memo.found[key] = value
+
+
+def recalled(text: str, key: object) -> object | None:
+    """What ``remember`` kept under ``key`` for ``text`` in this ``reusing`` block, or None."""
+    if getattr(_memo, "text", None) is not text:
+        return None
+    return _memo.found.get(key)
+
+
+def known_member(text: str, key: str, span: Span) -> None:
+    """Record that the root object's member ``key`` is the value at ``span`` (found and
+    verified by the caller), so that finding it again inside ``reusing(text)`` decodes nothing."""
+    remember(text, (key, None), (span, None))
 
 
 def members(text: str, span: Span) -> list[tuple[str, Span]]:
@@ -89,6 +109,57 @@ def elements(text: str, span: Span) -> list[Span]:
     return _array(text, span[0])[0]
 
 
+def decode_value(text: str, start: int) -> tuple[object, int]:
+    """The value at ``start`` and where it ends."""
+    return _DECODER.raw_decode(text, start)  # type: ignore[no-any-return]
+
+
+def decode_array(text: str, start: int) -> tuple[list[object], list[Span], int]:
+    """The array at ``start``: each element's value and span, and where it ends, in one pass
+    (``raw_decode`` yields the value and its end together: nothing decoded twice)."""
+    i = _skip_ws(text, start)
+    if text[i] != "[":
+        raise ValueError("not an array")
+    values: list[object] = []
+    spans: list[Span] = []
+    i = _skip_ws(text, i + 1)
+    if text[i] == "]":
+        return values, spans, i + 1
+    decode = _DECODER.raw_decode
+    while True:
+        value, end = decode(text, i)
+        values.append(value)
+        spans.append((i, end))
+        i = end
+        while text[i] in _WS:
+            i += 1
+        if text[i] == "]":
+            return values, spans, i + 1
+        if text[i] != ",":
+            raise ValueError("expected ',' or ']'")
+        i = _skip_ws(text, i + 1)
+
+
+def member_starts(text: str, key: str, most: int = 4) -> Iterator[int]:
+    """Where values of members named ``key`` start, found from the end of the text: the last
+    ``most`` unescaped ``"key":`` literals. Unverified: such a literal may be a nested object's
+    member (callers check that the value they take is the root object's)."""
+    needle = json.dumps(key)
+    hi = len(text)
+    for _ in range(most):
+        at = text.rfind(needle, 0, hi)
+        if at < 0:
+            return
+        hi = at
+        if _escaped(text, at):
+            continue
+        i = _skip_ws(text, at + len(needle))
+        if i < len(text) and text[i] == ":":
+            start = _skip_ws(text, i + 1)
+            if start < len(text):
+                yield start
+
+
 def _array(text: str, start: int) -> tuple[list[Span], int]:
     """The element spans of the array at ``start``, and where it ends."""
     i = _skip_ws(text, start)
@@ -117,6 +188,8 @@ def root(text: str) -> Span:
 
 def find(text: str, path: Path, span: Span | None = None) -> Span | None:
     """The span of the value at ``path`` (keys and indexes), or None if absent."""
+    if span is None and len(path) > 1 and (known := recalled(text, ("path", tuple(path)))) is not None:
+        return known  # type: ignore[return-value]  # located by the parse (``common.load_request``)
     cur = span or root(text)
     if span is None and path and isinstance(path[0], str):
         first = _root_member(text, cur, path[0])[0]
@@ -154,7 +227,9 @@ def find_elements(text: str, path: Path) -> list[Span] | None:
             return None
         if span is not _UNSURE:
             if items is None:
-                raise ValueError("not an array")
+                if text[span[0]] != "[":
+                    raise ValueError("not an array")
+                items = elements(text, span)  # a member recorded without its elements (``known_member``)
             return items
     span = find(text, path)
     return None if span is None else elements(text, span)
@@ -246,7 +321,7 @@ def append_to_array(text: str, span: Span, items: Sequence[str]) -> str:
         return text
     close = span[1] - 1
     assert text[close] == "]"
-    has_items = bool(elements(text, span))
+    has_items = text[_skip_ws(text, span[0] + 1)] != "]"  # the first element, not all of them decoded
     insert = ("," if has_items else "") + ",".join(items)
     return text[:close] + insert + text[close:]
 

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Callable, Hashable, Mapping, TypeVar
 
 from tooldisco.core import jsonspan
+from tooldisco.core.tokens import estimate_tokens
+
+R = TypeVar("R")
 
 
 class Unsupported(Exception):
@@ -63,6 +69,94 @@ class Tool:
         return "\n".join(p for p in parts if p)
 
 
+#: What a catalog holds per character of its text: the text itself, the definitions cut from
+#: it (the same characters again) and the names, descriptions and parameter texts parsed out of
+#: them (never more than the text): charged from lengths alone, without walking the objects.
+BYTES_PER_CHAR = 3
+#: What a catalog holds per tool beyond its texts: the ``Tool`` object and its field headers,
+#: the tuples, sets and dicts listing it, the word index and positions relevance keeps on it
+#: (tracemalloc's figure on CPython 3.13, rounded up).
+BYTES_PER_TOOL = 1024
+#: Derived values kept per catalog (config-dependent verdicts, a session's deferred set's
+#: search-tool description…); the least recently used goes past it.
+MEMO_ENTRIES = 64
+
+
+class ToolCatalog:
+    """The tools one request offers, and what is derived from them alone.
+
+    ``text``: the tools value as the body carries it ("" for a catalog not found by its text);
+    ``raws``: its elements' texts, in order; ``error``: why the definitions are unusable (a
+    duplicate name…), raised as ``Unsupported`` by every request that carries them."""
+
+    def __init__(self, tools: tuple[Tool, ...], raws: tuple[str, ...] = (), text: str = "",
+                 error: str | None = None) -> None:
+        self.tools = tools
+        self.raws = raws
+        self.text = text
+        self.error = error
+        # Tools nested in a root member (``common.load_request``'s ``inner``): that member decoded
+        # without them (read-only: shared), and where their array is within ``text``.
+        self.member: Any = None
+        self.within: tuple[int, int] | None = None
+        # Derived values: what the catalog alone (with a setting) decides, and what a session's
+        # tool set decides, kept apart so that many sessions never push out the catalog's own.
+        self._memo: OrderedDict[Hashable, Any] = OrderedDict()
+        self._sets: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """What holding it costs, from lengths alone (``BYTES_PER_CHAR``, ``BYTES_PER_TOOL``)."""
+        chars = len(self.text) or sum(map(len, self.raws))
+        return BYTES_PER_CHAR * chars + BYTES_PER_TOOL * max(len(self.tools), len(self.raws))
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tools)
+
+    @cached_property
+    def name_set(self) -> frozenset[str]:
+        return frozenset(self.names)
+
+    @cached_property
+    def by_name(self) -> Mapping[str, Tool]:
+        """Read-only: shared by every request that carries the catalog."""
+        return MappingProxyType({t.name: t for t in self.tools})
+
+    @cached_property
+    def tokens(self) -> int:
+        """The definitions' estimated tokens, summed."""
+        return sum(estimate_tokens(t.raw) for t in self.tools)
+
+    @cached_property
+    def client_deferred(self) -> int:
+        return sum(t.pinned == "client_deferred" for t in self.tools)
+
+    def derived(self, key: Hashable, make: Callable[[], R], per_set: bool = False) -> R:
+        """``make()``, kept under ``key`` for later requests with this catalog. ``key`` must name
+        everything besides the catalog that the value depends on (config values, a deferred
+        set); ``per_set``: a value for one tool set of a session (there are as many as sessions),
+        kept apart from the catalog's own. Each kind keeps its ``MEMO_ENTRIES`` most recent."""
+        memo = self._sets if per_set else self._memo
+        with self._lock:
+            if key in memo:
+                memo.move_to_end(key)
+                return memo[key]  # type: ignore[no-any-return]
+        value = make()
+        with self._lock:
+            memo[key] = value
+            while len(memo) > MEMO_ENTRIES:
+                memo.popitem(last=False)
+        return value
+
+
+def of_tools(tools: tuple[Tool, ...]) -> ToolCatalog:
+    """A catalog of tools not found by their text (kept nowhere: what is derived lasts one view)."""
+    return ToolCatalog(tools, tuple(t.raw for t in tools))
+
+
+
 @dataclass(frozen=True)
 class RequestView:
     """What the engine needs to know about a request, independent of the wire API."""
@@ -76,9 +170,19 @@ class RequestView:
     session_hint: str | None = None  # a session id the client put in the body
     continues: str | None = None  # a stored response this request chains from (Responses)
     model: str = ""  # the body's ``model`` ("" when the body names none: Gemini, Bedrock name it in the path)
+    # ``tools`` with what is derived from them alone, shared by the requests that carry them
+    # (``core.catalog``); None: made for this view when asked for (``offered``).
+    catalog: ToolCatalog | None = field(default=None, compare=False, repr=False)
 
     def names(self) -> list[str]:
-        return [t.name for t in self.tools]
+        return list(self.offered.names)
+
+    @cached_property
+    def offered(self) -> ToolCatalog:
+        """``tools`` as a catalog: the shared one the adapter found, or one of this view's own."""
+        if self.catalog is not None and self.catalog.tools is self.tools:
+            return self.catalog
+        return of_tools(self.tools)
 
 
 @dataclass(frozen=True)

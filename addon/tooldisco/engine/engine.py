@@ -19,6 +19,8 @@ from tooldisco.engine.executor import FairExecutor, Overloaded, set_switch_inter
 from tooldisco.engine.learning import Learner
 from tooldisco.engine.planner import FlowContext, Planner, Prepared
 from tooldisco.apis.base import Adapter
+from tooldisco.apis.common import set_catalog_budget
+from tooldisco.core.bytecache import MiB
 from tooldisco.core.types import RequestView
 from tooldisco.apis.registry import detect
 from tooldisco.engine.runner import LoopRunner
@@ -50,6 +52,7 @@ class Engine:
         p = config.planning
         self.pool = FairExecutor(p.workers, p.per_tenant, p.queue, p.wait)
         set_switch_interval(p.switch_interval)
+        set_catalog_budget(p.catalog_cache_mb * MiB)
         self._overloaded_logged = 0.0
 
     def adapter_for(self, host: str, method: str, path: str) -> Adapter | None:

@@ -27,7 +27,7 @@ from tooldisco.state.base import SessionState, SessionStore, session_key
 from tooldisco.policy import call_through, deferral, native, relevance
 from tooldisco.policy.modes import CallThroughMode, ClassicMode, DeferralMode, NativeMode, NoLoopMode
 from tooldisco.engine.telemetry import Record, TelemetrySink
-from tooldisco.core.tokens import estimate_tokens
+from tooldisco.core.tokens import estimate_tokens, tokens_for
 from tooldisco.core.tenants import tenant_of
 
 Ranker = Callable[..., object] | None
@@ -129,9 +129,9 @@ class Planner:
         view = adapter.parse(text)
         record.stream = view.stream
         record.total_tools = len(view.tools)
-        before = sum(estimate_tokens(t.raw) for t in view.tools)
+        before = view.offered.tokens  # what depends on the tools alone: once per catalog (``ToolCatalog``)
         record.tool_tokens_before = record.tool_tokens_after = record.tool_tokens_wire = before
-        record.client_deferred = sum(t.pinned == "client_deferred" for t in view.tools)
+        record.client_deferred = view.offered.client_deferred
         record.kept_tools = len(view.tools) - record.client_deferred
         session = self._session(view, headers, query)
         record.session = session.key[:12]
@@ -199,18 +199,19 @@ class Planner:
             record.fallback_reason = "no_tools" if not total else "below_min_tools"
             return Prepared()
         ranker = _ranked_now(self.ranker, view)
-        seen = frozenset(view.names())
+        seen = view.offered.name_set
+        listed = view.offered.derived("tool list key", lambda: relevance.tool_list_key(seen))
         size = estimate_tokens(text)
 
         def decide(s: SessionState) -> relevance.Selection:
-            order = relevance.recall(s.forwarded, seen)
+            order = relevance.recall(s.forwarded, seen, listed)
             sel = relevance.select(view, td, keep, order, s.expanded, ranker, size)
-            relevance.remember(s.forwarded, seen, [t.name for t in sel.kept])
+            relevance.remember(s.forwarded, seen, [t.name for t in sel.kept], listed)
             return sel
 
         sel = self._decide(session, decide)
         self._count(record, sel.kept, sel.deferred)
-        if [t.name for t in sel.kept] == view.names():
+        if len(sel.kept) == total and tuple(t.name for t in sel.kept) == view.offered.names:
             return Prepared()
         new = adapter.with_tools(text, [t.raw for t in sel.kept])
         record.outcome = "pending"
@@ -222,12 +223,12 @@ class Planner:
                   record: Record) -> Prepared:
         td = self.config.tool_discovery
         phantom = td.search_tool_name
-        if phantom in view.names():
+        seen = view.offered.name_set
+        if phantom in seen:
             record.fallback_reason = "search_tool_name_taken"
             logger.warning("client already sends a tool named {}: not deferring", phantom)
             return Prepared()
         ranker = _ranked_now(self.ranker, view) if td.defer.upfront else None
-        seen = frozenset(view.names())
         applies = not td.strategy.remote or self._in_rollout(session.key)  # else the request goes unchanged
         natives = adapter.native_deferral()
         model = natives.native_model(view) if natives is not None else ""
@@ -266,18 +267,18 @@ class Planner:
         if td.strategy.remote and (held := self._rollout(view, plan, session.key, record)) is not None:
             return held
         record.outcome = "pending"
-        classic = partial(self._classic, adapter, plan, text, original, session, record, view.stream)
+        classic = partial(self._classic, adapter, plan, text, original, session, record, view)
         if calls_through is not None:
             # Refused (an API version without ``parametersJsonSchema``): this request the classic way.
-            ctx = self._through(adapter, calls_through, plan, text, original, session, record, view.stream,
+            ctx = self._through(adapter, calls_through, plan, text, original, session, record, view,
                                 through_key, classic)
         else:
             ctx = classic(model)
             if natively is not None and natives is not None:
-                ctx = self._native(natives, natively, text, ctx, model)
+                ctx = self._native(natives, natively, text, ctx, model, view)
         record.deferral = ctx.mode.name
         if priors is not None:
-            ctx.priors, ctx.offered = priors, {t.name: t for t in view.tools}
+            ctx.priors, ctx.offered = priors, view.offered.by_name
         return Prepared(ctx.body.encode("utf-8"), ctx, self._warm_up(ctx.searchable))
 
     def _tools(self, adapter: Adapter, plan: deferral.DeferralPlan, text: str, added: list[str], record: Record
@@ -287,30 +288,30 @@ class Planner:
         self._count(record, plan.kept + plan.expanded, plan.deferred, extra=sum(map(estimate_tokens, added)))
         return new
 
-    def _search_tool(self, adapter: Adapter, plan: deferral.DeferralPlan, dispatcher: str | None = None) -> str:
+    def _search_tool(self, adapter: Adapter, plan: deferral.DeferralPlan, view: RequestView,
+                     dispatcher: str | None = None) -> str:
         """The search tool, described over deferred + found: a discovery then leaves its text,
         and so the cached prompt prefix up to it, unchanged."""
         td = self.config.tool_discovery
-        description = deferral.phantom_description(plan.deferred + plan.expanded, self._backend(),
-                                                   td.max_search_results, dispatcher)
+        description = deferral.described(view.offered, plan, self._backend(), td.max_search_results, dispatcher)
         return adapter.phantom_tool(td.search_tool_name, description)
 
     def _classic(self, adapter: Adapter, plan: deferral.DeferralPlan, text: str, original: bytes,
-                 session: _Session, record: Record, stream: bool, model: str = "") -> FlowContext:
+                 session: _Session, record: Record, view: RequestView, model: str = "") -> FlowContext:
         """Classic deferral: kept tools, the search tool, tools found earlier; a discovery appends.
 
         Searchable are the deferred tools of this request alone: a session may be shared by
         clients with other tools (one credential, the same first message), and a definition
         only another client sent must never reach this one's model (``sessions``)."""
         phantom = self.config.tool_discovery.search_tool_name
-        new = self._tools(adapter, plan, text, [self._search_tool(adapter, plan)], record)
+        new = self._tools(adapter, plan, text, [self._search_tool(adapter, plan, view)], record)
         loaded = [t.name for t in plan.kept + plan.expanded]
         return FlowContext(adapter, session.key, session.tenant, session.persist, new, original,
                            ClassicMode(adapter, phantom, model), {t.name: t for t in plan.deferred},
-                           loaded + [phantom], record, stream)
+                           loaded + [phantom], record, view.stream)
 
     def _through(self, adapter: Adapter, through: CallThrough, plan: deferral.DeferralPlan, text: str,
-                 original: bytes, session: _Session, record: Record, stream: bool, key: str,
+                 original: bytes, session: _Session, record: Record, view: RequestView, key: str,
                  classic: Callable[[str], FlowContext]) -> FlowContext:
         """Call-through (``policy.call_through``): kept tools, the search tool and the
         dispatcher, the same for the whole session; found tools are called through the
@@ -320,36 +321,34 @@ class Planner:
         td = self.config.tool_discovery
         phantom, dispatcher = td.search_tool_name, td.call_tool_name
         catalog = {t.name: t for t in plan.deferred}
-        added = [self._search_tool(adapter, plan, dispatcher),
+        added = [self._search_tool(adapter, plan, view, dispatcher),
                  through.dispatcher_tool(dispatcher, call_through.description(phantom))]
         new = self._tools(adapter, plan, through.wrap(text, catalog.keys(), dispatcher), added, record)
         loaded = [t.name for t in plan.kept + plan.expanded]
         ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original,
-                          ClassicMode(adapter, phantom), catalog, loaded + [phantom, dispatcher], record, stream)
+                          ClassicMode(adapter, phantom), catalog, loaded + [phantom, dispatcher], record, view.stream)
         # The dispatcher resolves names over the very catalog the searches use.
         dispatch = call_through.Dispatch(dispatcher, phantom, ctx.searchable, loaded)
         ctx.mode = CallThroughMode(adapter, through, dispatch, key, partial(classic, key))
         return ctx
 
     def _native(self, natives: NativeDeferral, plan: deferral.DeferralPlan, text: str,
-                classic: FlowContext, model: str) -> FlowContext:
+                classic: FlowContext, model: str, view: RequestView) -> FlowContext:
         """Native deferral (``policy.native``): the client's tools as they are, deferred ones
         marked, the search tool last; searchable are the deferred tools of this request only
         (a reference must name a tool in ``tools[]``). Tools found on earlier turns stay deferred:
         their loading references are in hidden rounds the client's history lacks (restoring those
         rounds brings them back), and loading them here would change ``tools[]``."""
         td = self.config.tool_discovery
-        description = deferral.phantom_description(plan.deferred, self._backend(), td.max_search_results)
+        description = deferral.described(view.offered, plan, self._backend(), td.max_search_results, natively=True)
         search = natives.native_search_tool(td.search_tool_name, description)
         body = natives.native_tools(text, [t.name for t in plan.deferred], search)
         record = classic.record
         counted = (record.kept_tools, record.deferred_tools, record.tool_tokens_after, record.tool_tokens_wire)
         self._count(record, plan.kept, plan.deferred, extra=estimate_tokens(search))
-        # The deferred definitions still go upstream (marked): on the wire, not in the prompt.
-        try:
-            record.tool_tokens_wire = sum(estimate_tokens(t.raw) for t in classic.adapter.parse(body).tools)
-        except Exception:  # a count never fails the request: the definitions as the client sent them
-            record.tool_tokens_wire = record.tool_tokens_before + estimate_tokens(search)
+        # The deferred definitions still go upstream (marked): on the wire, not in the prompt. Counted
+        # from the definitions, not by parsing the forwarded body again (each marked one: its text and the mark).
+        record.tool_tokens_wire = record.tool_tokens_before + estimate_tokens(search) + _marks(view, plan)
 
         def fallback() -> FlowContext:  # refused: the record counts the classic request again
             record.kept_tools, record.deferred_tools, record.tool_tokens_after, record.tool_tokens_wire = counted
@@ -400,6 +399,26 @@ class Planner:
         record.kept_tools = len(kept)
         record.deferred_tools = len(deferred)
         record.tool_tokens_after = record.tool_tokens_wire = sum(estimate_tokens(t.raw) for t in kept) + extra
+
+
+_MARK = ',"defer_loading":true'  # what native deferral adds to a definition (``common.deferred_text``)
+
+
+def _marked_extra(tool: Tool) -> int:
+    """The estimated tokens the mark adds to ``tool``'s definition (none when it has one)."""
+    if '"defer_loading"' in tool.raw:
+        return 0
+    return tokens_for(len(tool.raw) + len(_MARK)) - tokens_for(len(tool.raw))
+
+
+def _marks(view: RequestView, plan: deferral.DeferralPlan) -> int:
+    """What marking the plan's deferred tools adds (``_marked_extra``): the catalog's total (once)
+    less the few tools left loaded."""
+    offered = view.offered
+    if len(plan.kept) + len(plan.deferred) + len(plan.expanded) != len(offered.tools):  # not a plan over it
+        return sum(map(_marked_extra, plan.deferred))
+    total = offered.derived("marks", lambda: sum(map(_marked_extra, offered.tools)))
+    return total - sum(map(_marked_extra, plan.kept + plan.expanded))
 
 
 def _text(body: bytes) -> str:

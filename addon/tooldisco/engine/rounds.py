@@ -70,10 +70,10 @@ def _without_nulls(value: Any) -> Any:
 
 def _spans(body: str, path: Sequence[str]) -> list[tuple[int, int]] | None:
     """The history's element spans; None when it is not an array (a Responses string input)."""
-    span = jsonspan.find(body, path)
-    if span is None or body[span[0]] != "[":
+    try:  # the parse's own spans where it decoded the history (``common.load_request``)
+        return jsonspan.find_elements(body, path)
+    except ValueError:
         return None
-    return jsonspan.elements(body, span)
 
 
 def of_turn(adapter: Adapter, first: str, sent: str, last: dict[str, Any], shown: dict[str, Any],
@@ -115,7 +115,10 @@ def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | Non
     if not spans:
         return body, 0
     texts = [body[a:b] for a, b in spans]
-    produced = [_produced(adapter, t) for t in texts]
+    # The entries as the parse decoded them (``common.load_request``), else each decoded here (memoised).
+    values = jsonspan.recalled(body, ("values", path[0])) if path is not None and len(path) == 1 else None
+    values = values if isinstance(values, list) and len(values) == len(texts) else None
+    produced = [adapter.produced(v) for v in values] if values is not None else [_produced(adapter, t) for t in texts]
     edits: list[tuple[int, int, str]] = []
     i = 0
     while i < len(texts):
@@ -125,7 +128,8 @@ def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | Non
         j = i
         while j < len(texts) and produced[j]:
             j += 1
-        if (found := lookup(_run_digest(adapter, tuple(texts[i:j])))) is not None:
+        run = tuple(texts[i:j])
+        if (found := lookup(_run_digest(adapter, run, values[i:j] if values is not None else None))) is not None:
             # A mixed turn's rounds end with the results of the calls the client never saw.
             made = len(found)
             while made and not _produced(adapter, found[made - 1]):
@@ -165,6 +169,7 @@ def _answers(adapter: Adapter, made: tuple[str, ...], hidden: tuple[str, ...],
     return adapter.with_hidden_results(made, hidden, following)
 
 
-@memoize(8 * MiB, key=lambda adapter, texts: (adapter.api, texts))
-def _run_digest(adapter: Adapter, texts: tuple[str, ...]) -> str:
-    return digest(adapter.comparable([json.loads(t) for t in texts]))
+@memoize(8 * MiB, key=lambda adapter, texts, values: (adapter.api, texts))
+def _run_digest(adapter: Adapter, texts: tuple[str, ...], values: list[Any] | None) -> str:
+    """``texts``' digest; ``values``: the texts decoded already (None: decoded here)."""
+    return digest(adapter.comparable(values if values is not None else [json.loads(t) for t in texts]))

@@ -40,7 +40,12 @@ def normalised(name: str) -> str:
 
 def is_client_search(tool: Tool, known: Iterable[str]) -> bool:
     """Whether ``tool`` is the client's own search over its deferred tools."""
-    if normalised(tool.name) in {normalised(k) for k in known}:
+    return _is_client_search(tool, frozenset(map(normalised, known)))
+
+
+def _is_client_search(tool: Tool, known: frozenset[str]) -> bool:
+    """``is_client_search`` with the known names ``normalised`` once for a whole catalog."""
+    if normalised(tool.name) in known:
         return True
     words = {w.lower() for w in _WORD.findall(tool.name)}
     if not (words & _FINDS and words & _TOOLS):
@@ -50,8 +55,8 @@ def is_client_search(tool: Tool, known: Iterable[str]) -> bool:
 
 def client_search(tools: Iterable[Tool], known: Iterable[str]) -> str | None:
     """The name of the client's own search tool among ``tools``, or None."""
-    known = tuple(known)
+    names = frozenset(map(normalised, known))
     for tool in tools:
-        if tool.pinned in (None, "client_search") and is_client_search(tool, known):
+        if tool.pinned in (None, "client_search") and _is_client_search(tool, names):
             return tool.name
     return None

@@ -20,7 +20,7 @@ from tooldisco.config import ToolDiscovery
 from tooldisco.apis.base import NativeDeferral
 from tooldisco.core.types import RequestView, Tool
 from tooldisco.policy.deferral import DeferralPlan
-from tooldisco.policy.relevance import must_keep
+from tooldisco.policy.relevance import pinned_names
 
 # An upstream 400 naming one of these refused the fields of a cache-true deferral, not the
 # request: native deferral's, or call-through's JSON-Schema dispatcher (``parametersJsonSchema``,
@@ -45,13 +45,17 @@ def plan(view: RequestView, cfg: ToolDiscovery, upfront: Sequence[str]) -> Defer
     (``SessionState.upfront``, chosen by ``deferral.plan`` on its first turn), reused as it is:
     a new choice would change ``tools[]``. A tool carrying the client's ``cache_control``
     breakpoint stays loaded too, so the breakpoint keeps its place."""
-    keep = set(upfront)
-    kept = tuple(t for t in view.tools if t.name in keep or must_keep(t, view, cfg) or _breakpoint(t))
-    names = {t.name for t in kept}
-    deferred = tuple(t for t in view.tools if t.name not in names)
+    offered = view.offered
+    # ``must_keep`` and the breakpoints: what the catalog alone decides, once per catalog.
+    marked = offered.derived("breakpoints", lambda: frozenset(t.name for t in offered.tools if _breakpoint(t)))
+    keep = pinned_names(view, cfg) | marked | view.forced | set(upfront)
+    kept: list[Tool] = []
+    deferred: list[Tool] = []
+    for t in view.tools:
+        (kept if t.name in keep else deferred).append(t)
     if not deferred:
         return DeferralPlan(tuple(view.tools), (), (), skipped="nothing_to_defer")
-    return DeferralPlan(kept, deferred, ())
+    return DeferralPlan(tuple(kept), tuple(deferred), ())
 
 
 def _breakpoint(tool: Tool) -> bool:

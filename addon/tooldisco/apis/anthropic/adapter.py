@@ -9,18 +9,18 @@ from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from tooldisco.apis.base import NativeDeferral, Failure, Stitcher
 from tooldisco.apis.streaming import as_list
-from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
+from tooldisco.core.types import RequestView, Tool, ToolCall, ToolCatalog, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import (
     deferred_text,
     History,
+    catalog_at,
     AdapterDefaults,
     append_array,
-    check_unique,
-    load_object,
+    each_tool,
+    load_request,
     named,
     params_of,
-    parsed_tools,
     query_schema,
     replace_array,
     sum_usage,
@@ -60,11 +60,20 @@ def _session_hint(data: dict[str, Any]) -> str | None:
     return user_id.split(marker, 1)[1] if marker in user_id else None
 
 
-def _keep_breakpoint(original: list[str], raws: list[str]) -> list[str]:
+def _marked(body: str) -> list[str]:
+    """The body's tool definitions that mention ``cache_control`` (per catalog, once)."""
+    catalog = catalog_at(body)
+    if catalog is not None:
+        return catalog.derived("cache_control", lambda: [r for r in catalog.raws if '"cache_control"' in r])
+    return [r for r in tool_spans(body, ["tools"]) if '"cache_control"' in r]
+
+
+def _keep_breakpoint(marked: list[str], raws: list[str]) -> list[str]:
     """Clients put ``cache_control`` on their last tool; if we dropped that tool, the
-    breakpoint moves to our last one, so the tools prefix is still cached."""
+    breakpoint moves to our last one, so the tools prefix is still cached. ``marked``: the
+    client's definitions that mention it."""
     kept = set(raws)
-    dropped = [json.loads(r) for r in original if r not in kept and '"cache_control"' in r]
+    dropped = [json.loads(r) for r in marked if r not in kept]
     marks = [d["cache_control"] for d in dropped if isinstance(d, dict) and "cache_control" in d]
     if not marks or not raws or any('"cache_control"' in r and "cache_control" in json.loads(r) for r in raws):
         return raws
@@ -103,7 +112,11 @@ def _beyond_definitions(text: str) -> str:
 
 @memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
 def parse_tool(raw: str) -> Tool:
-    d = json.loads(raw)
+    return tool_of(raw, json.loads(raw))
+
+
+def tool_of(raw: str, d: Any) -> Tool:
+    """The tool a definition text (``raw``, decoded: ``d``) defines."""
     if not isinstance(d, dict) or not isinstance(d.get("name"), str):
         raise Unsupported("a tool has no name")
     name = d["name"]
@@ -116,6 +129,9 @@ def parse_tool(raw: str) -> Tool:
         pinned = "client_search"
     desc = d.get("description")
     return Tool(name, raw, desc if isinstance(desc, str) else "", params_of(d.get("input_schema")), pinned)
+
+
+_BUILD = each_tool(tool_of)
 
 
 class AnthropicAdapter(AdapterDefaults):
@@ -133,12 +149,17 @@ class AnthropicAdapter(AdapterDefaults):
         return parse_tool(raw)
 
     def parse(self, body: str) -> RequestView:
-        data = load_object(body)
+        return self.view_of(*self.load(body))
+
+    def load(self, body: str) -> tuple[dict[str, Any], ToolCatalog]:
+        """The body decoded, its tools apart (``load_request``)."""
+        return load_request(body, self.api, _BUILD, history="messages")
+
+    def view_of(self, data: dict[str, Any], catalog: ToolCatalog) -> RequestView:
+        """The view of a body decoded by ``load_request`` (its tools apart, in ``catalog``)."""
         messages = data.get("messages")
         if not isinstance(messages, list):
             raise Unsupported("no messages array")
-        tools = parsed_tools(body, ["tools"], parse_tool)
-        check_unique(tools)
         history = History()
         for m in messages:
             if not isinstance(m, dict):
@@ -151,10 +172,10 @@ class AnthropicAdapter(AdapterDefaults):
                 history.calls |= {str(b.get("id")): str(b.get("name")) for b in blocks if b.get("type") == "tool_use"}
         choice = data.get("tool_choice")
         forced = [choice["name"]] if isinstance(choice, dict) and choice.get("type") == "tool" and isinstance(choice.get("name"), str) else []
-        return history.view(tools, forced, data.get("stream") is True, _session_hint(data), model=data.get("model"))
+        return history.view(catalog, forced, data.get("stream") is True, _session_hint(data), model=data.get("model"))
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
-        return replace_array(body, ["tools"], _keep_breakpoint(tool_spans(body, ["tools"]), list(raws)))
+        return replace_array(body, ["tools"], _keep_breakpoint(_marked(body), list(raws)))
 
     def phantom_tool(self, name: str, description: str) -> str:
         return jsonspan.dumps(
@@ -170,7 +191,12 @@ class AnthropicAdapter(AdapterDefaults):
 
     def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
         hidden = set(deferred)
-        raws = [deferred_text(raw) if parse_tool(raw).name in hidden else raw for raw in tool_spans(body, ["tools"])]
+        catalog = catalog_at(body)
+        if catalog is not None:  # one tool per element: names known, nothing parsed again
+            pairs = zip(catalog.raws, catalog.names)
+        else:
+            pairs = ((raw, parse_tool(raw).name) for raw in tool_spans(body, ["tools"]))
+        raws = [deferred_text(raw) if name in hidden else raw for raw, name in pairs]
         return replace_array(body, ["tools"], [*raws, search])
 
     def native_search_tool(self, name: str, description: str) -> str:

@@ -25,8 +25,8 @@ from tooldisco.apis.common import (
     History,
     AdapterDefaults,
     append_array,
-    check_unique,
-    load_object,
+    decoded,
+    load_request,
     named,
     params_of,
     query_schema,
@@ -68,6 +68,11 @@ def parse_tool(raw: str) -> Tool:
     return Tool(spec["name"], raw, desc if isinstance(desc, str) else "", params)
 
 
+def _specs(raws: Sequence[str], values: Sequence[Any]) -> tuple[Tool, ...]:
+    """A catalog's tools: its ``toolSpec`` entries (``cachePoint`` and the like are not tools)."""
+    return tuple(parse_tool(raw) for raw in raws if _is_spec(raw))
+
+
 def place_structural(original: Sequence[str], raws: Sequence[str]) -> list[str]:
     """The forwarded ``toolConfig.tools``: ``raws`` (toolSpecs) with the client's other entries placed.
 
@@ -105,12 +110,10 @@ class ConverseAdapter(AdapterDefaults):
         return parse_tool(raw)
 
     def parse(self, body: str) -> RequestView:
-        data = load_object(body)
+        data, catalog = load_request(body, self.api, _specs, key=_TOOLS[0], history="messages", inner=(_TOOLS[1],))
         messages = data.get("messages")
         if not isinstance(messages, list):
             raise Unsupported("no messages array")
-        tools = tuple(parse_tool(raw) for raw in tool_spans(body, _TOOLS) if _is_spec(raw))
-        check_unique(tools)
         history = History()
         for m in messages:
             if not isinstance(m, dict):
@@ -127,7 +130,7 @@ class ConverseAdapter(AdapterDefaults):
         choice = config.get("toolChoice") if isinstance(config, dict) else None
         tool = choice.get("tool") if isinstance(choice, dict) else None
         forced = tool.get("name") if isinstance(tool, dict) else None
-        return history.view(tools, [forced] if isinstance(forced, str) else [], self.stream)  # toolChoice {tool:{name}}
+        return history.view(catalog, [forced] if isinstance(forced, str) else [], self.stream)  # toolChoice {tool:{name}}
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         tools = place_structural(tool_spans(body, _TOOLS), raws)
@@ -225,9 +228,9 @@ def _error_body(failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
     return [("content-type", "application/json"), ("x-amzn-ErrorType", name[0].upper() + name[1:])], body
 
 
-def _with_beta(body: str, beta: str) -> str:
-    """``anthropic_beta`` naming ``beta``: added to the client's list, or a list of its own."""
-    betas = load_object(body).get("anthropic_beta")
+def _with_beta(body: str, beta: str, betas: Any) -> str:
+    """``anthropic_beta`` naming ``beta``: added to the client's list (``betas``: the body's
+    ``anthropic_beta``), or a list of its own."""
     if isinstance(betas, list) and beta in betas:
         return body
     if isinstance(betas, list):
@@ -269,14 +272,16 @@ class InvokeAdapter(AnthropicAdapter):
         self.model = model  # the model id from the path (the body names none)
 
     def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
-        return _with_beta(super().native_tools(body, deferred, search), TOOL_SEARCH_BETA)
+        betas = decoded(body).get("anthropic_beta")  # the client's: only the tools change on the way
+        return _with_beta(super().native_tools(body, deferred, search), TOOL_SEARCH_BETA, betas)
 
     def parse(self, body: str) -> RequestView:
         # Bedrock requires anthropic_version in a Claude body; other model families (Llama,
         # Titan, Nova…) have their own bodies, which we do not touch.
-        if "anthropic_version" not in load_object(body):
+        data, catalog = self.load(body)
+        if "anthropic_version" not in data:
             raise Unsupported("not a Claude body (no anthropic_version)")
-        return dataclasses.replace(super().parse(body), stream=self.stream)
+        return dataclasses.replace(self.view_of(data, catalog), stream=self.stream)
 
     def decoder(self) -> StreamDecoder:
         return InvokeStreamDecoder()

@@ -23,10 +23,10 @@ from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.gemini.messages import STAND_IN_SIGNATURE, _field, _parts, call_of, merge
 from tooldisco.apis.common import (
     History,
+    catalog_at,
     AdapterDefaults,
     append_array,
-    check_unique,
-    load_object,
+    load_request,
     named,
     params_of,
     parsed_tools,
@@ -55,6 +55,40 @@ def _declarations_key(entry: str) -> str | None:
     except ValueError:
         raise Unsupported("a tools entry is not an object") from None
     return next((k for k in reversed(keys) if k in _DECLARATIONS), None)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One ``tools[]`` entry: its text, its declarations key (None: not a function entry), that
+    key's value span in the text (its last duplicate, the one parsers read) and whether the
+    entry has other members."""
+
+    raw: str
+    key: str | None
+    span: tuple[int, int] | None = None
+    others: bool = False
+
+
+def _entries_of(raws: Sequence[str]) -> list[_Entry]:
+    out = []
+    for raw in raws:
+        key = _declarations_key(raw)
+        if key is None:
+            out.append(_Entry(raw, None))
+            continue
+        found = jsonspan.members(raw, jsonspan.root(raw))
+        span = [s for k, s in found if k == key][-1]
+        out.append(_Entry(raw, key, span, any(k != key for k, _ in found)))
+    return out
+
+
+def _build(raws: Sequence[str], values: Sequence[Any]) -> list[Tool]:
+    """A catalog's tools: the declarations of every function entry, in order."""
+    tools: list[Tool] = []
+    for entry in _entries_of(raws):
+        if entry.key is not None:
+            tools += parsed_tools(entry.raw, [entry.key], parse_tool)
+    return tools
 
 
 def _without(entry: str, key: str) -> str:
@@ -239,20 +273,18 @@ class GeminiAdapter(AdapterDefaults):
     def parse_tool(self, raw: str) -> Tool:
         return parse_tool(raw)
 
-    def _entries(self, body: str) -> list[tuple[str, str | None]]:
-        """Each ``tools[]`` entry's text with its declarations key (None: not a function entry)."""
-        return [(raw, _declarations_key(raw)) for raw in tool_spans(body, ["tools"])]
+    def _entries(self, body: str) -> list[_Entry]:
+        """Each ``tools[]`` entry (worked out once per catalog for the request's own body)."""
+        catalog = catalog_at(body)
+        if catalog is not None:
+            return catalog.derived("entries", lambda: _entries_of(catalog.raws))
+        return _entries_of(tool_spans(body, ["tools"]))
 
     def parse(self, body: str) -> RequestView:
-        data = load_object(body)
+        data, catalog = load_request(body, self.api, _build, history="contents")
         contents = data.get("contents")
         if not isinstance(contents, list):
             raise Unsupported("no contents array")
-        tools: list[Tool] = []
-        for i, (_, key) in enumerate(self._entries(body)):
-            if key is not None:
-                tools += parsed_tools(body, ["tools", i, key], parse_tool)
-        check_unique(tools)
         history = History()
         for content in contents:
             if not isinstance(content, dict):
@@ -270,7 +302,7 @@ class GeminiAdapter(AdapterDefaults):
         config = _field(_field(data, "toolConfig", "tool_config"), "functionCallingConfig", "function_calling_config")
         allowed = _field(config, "allowedFunctionNames", "allowed_function_names")
         # Mode ANY / VALIDATED: every allowed name must be declared, or the API answers 400.
-        return history.view(tools, [n for n in as_list(allowed) if isinstance(n, str)], self.stream)
+        return history.view(catalog, [n for n in as_list(allowed) if isinstance(n, str)], self.stream)
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
         """Declarations go, in the given order, into the first function entry (at its place);
@@ -279,14 +311,14 @@ class GeminiAdapter(AdapterDefaults):
         declarations. Other entries are kept byte-identical where they were."""
         out: list[str] = []
         placed = False
-        for raw, key in self._entries(body):
-            if key is None:
+        for entry in self._entries(body):
+            raw, key = entry.raw, entry.key
+            if key is None or entry.span is None:
                 out.append(raw)
                 continue
-            rest = [k for k, _ in jsonspan.members(raw, jsonspan.root(raw)) if k != key]
             if not placed and raws:
-                out.append(jsonspan.set_member(raw, jsonspan.root(raw), key, jsonspan.array_text(raws)))
-            elif rest:
+                out.append(jsonspan.replace(raw, entry.span, jsonspan.array_text(raws)))
+            elif entry.others:
                 out.append(_without(raw, key))
             placed = True
         if not placed and raws:
@@ -331,8 +363,8 @@ class GeminiAdapter(AdapterDefaults):
         return self._add_declarations(body, add_raws) if add_raws else body
 
     def _add_declarations(self, body: str, raws: Sequence[str]) -> str:
-        for i, (_, key) in enumerate(self._entries(body)):
-            span = jsonspan.find(body, ["tools", i, key]) if key is not None else None
+        for i, entry in enumerate(self._entries(body)):
+            span = jsonspan.find(body, ["tools", i, entry.key]) if entry.key is not None else None
             if span is not None:
                 return jsonspan.append_to_array(body, span, raws)
         return append_array(body, ["tools"], ['{"functionDeclarations":' + jsonspan.array_text(raws) + "}"])

@@ -17,11 +17,10 @@ from tooldisco.apis.common import (
     History,
     AdapterDefaults,
     append_array,
-    check_unique,
-    load_object,
+    each_tool,
+    load_request,
     named,
     params_of,
-    parsed_tools,
     query_schema,
     parse_arguments,
     replace_array,
@@ -47,7 +46,11 @@ def _texts(content: Any) -> list[Any]:
 
 @memoize(16 * MiB, sizeof=derived_size, admit_when_full=ADMIT_WHEN_FULL)  # a catalog too big for it still hits
 def parse_tool(raw: str) -> Tool:
-    d = json.loads(raw)
+    return tool_of(raw, json.loads(raw))
+
+
+def tool_of(raw: str, d: Any) -> Tool:
+    """The tool a definition text (``raw``, decoded: ``d``) defines."""
     if not isinstance(d, dict):
         raise Unsupported("a tool is not an object")
     if d.get("type") != "function":
@@ -62,6 +65,8 @@ def parse_tool(raw: str) -> Tool:
     desc = fn.get("description")
     return Tool(fn["name"], raw, desc if isinstance(desc, str) else "", params_of(fn.get("parameters")))
 
+
+_BUILD = each_tool(tool_of)
 
 # The members of an assistant message the API reads back as input.
 _INPUT_FIELDS = frozenset({"role", "content", "refusal", "name", "tool_calls", "function_call", "audio"})
@@ -152,12 +157,10 @@ class OpenAIChatAdapter(AdapterDefaults):
         return parse_tool(raw)
 
     def parse(self, body: str) -> RequestView:
-        data = load_object(body)
+        data, catalog = load_request(body, self.api, _BUILD, history="messages")
         messages = data.get("messages")
         if not isinstance(messages, list):
             raise Unsupported("no messages array")
-        tools = parsed_tools(body, ["tools"], parse_tool)
-        check_unique(tools)
         history = History()
         for m in messages:
             if not isinstance(m, dict):
@@ -173,7 +176,7 @@ class OpenAIChatAdapter(AdapterDefaults):
             elif role == "tool":
                 history.answered.add(str(m.get("tool_call_id")))
         stream = data.get("stream") is True
-        return history.view(tools, forced_names(data.get("tool_choice")), stream, data.get("prompt_cache_key"),
+        return history.view(catalog, forced_names(data.get("tool_choice")), stream, data.get("prompt_cache_key"),
                             model=data.get("model"))
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:

@@ -26,11 +26,12 @@ from tooldisco.apis.common import (
     AdapterDefaults,
     History,
     append_array,
-    check_unique,
+    catalog_at,
+    decoded,
     load_object,
+    load_request,
     params_of,
     parse_arguments,
-    parsed_tools,
     query_schema,
     replace_array,
     tool_spans,
@@ -147,6 +148,23 @@ def parse_tool(raw: str) -> Tool:
     return Tool(d["name"], raw, desc if isinstance(desc, str) else "", params_of(d.get("parameters")), pinned)
 
 
+def _build(raws: Sequence[str], values: Sequence[Any]) -> tuple[Tool, ...]:
+    """A catalog's tools: a namespace's functions each a tool of their own (``_split``)."""
+    return tuple(t for raw in raws for t in _split(parse_tool(raw)))
+
+
+def _native_entries(raws: Sequence[str]) -> list[tuple[str, str, tuple[tuple[str, str], ...]]]:
+    """Each ``tools[]`` entry for native deferral (once per catalog): its text, its tool's name,
+    and a namespace's functions with the names the model calls them by."""
+    out = []
+    for raw in raws:
+        if (parts := _namespace(raw)) is not None:
+            out.append((raw, parts[0], tuple((fn, f"{parts[0]}.{json.loads(fn)['name']}") for fn in parts[1])))
+        else:
+            out.append((raw, parse_tool(raw).name, ()))
+    return out
+
+
 def _stored(data: dict[str, Any]) -> bool:
     return data.get("store") is not False  # the API stores responses unless told not to
 
@@ -188,14 +206,12 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         return parse_tool(raw)
 
     def parse(self, body: str) -> RequestView:
-        data = load_object(body)
+        data, catalog = load_request(body, self.api, _build, history="input")
         items = data.get("input", [])
         if isinstance(items, str):
             items = [{"role": "user", "content": items}]
         if not isinstance(items, list):
             raise Unsupported("input is neither text nor a list of items")
-        tools = tuple(t for tool in parsed_tools(body, ["tools"], parse_tool) for t in _split(tool))
-        check_unique(tools)
         history = History()
         for item in items:
             if not isinstance(item, dict):
@@ -211,7 +227,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
                 history.answered.add(str(item.get("call_id")))
         # tool_choice {type:"function", name} and {type:"allowed_tools", tools:[{type:"function", name}]}
         forced = forced_names(data.get("tool_choice"))
-        return history.view(tools, forced, data.get("stream") is True, data.get("prompt_cache_key"),
+        return history.view(catalog, forced, data.get("stream") is True, data.get("prompt_cache_key"),
                             continues=data.get("previous_response_id") if _stored(data) else None,
                             model=data.get("model"))
 
@@ -237,13 +253,17 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         """Deferred functions of a namespace get ``defer_loading`` inside it (the API's rule for
         namespaces); the namespace entry stays where the client put it."""
         hidden = set(deferred)
+        catalog = catalog_at(body)
+        entries = (catalog.derived("native entries", lambda: _native_entries(catalog.raws)) if catalog is not None
+                   else _native_entries(tool_spans(body, ["tools"])))
         raws = []
-        for raw in tool_spans(body, ["tools"]):
-            if (parts := _namespace(raw)) is not None:
-                fns = [deferred_text(fn) if f"{parts[0]}.{json.loads(fn)['name']}" in hidden else fn for fn in parts[1]]
-                raws.append(raw if fns == list(parts[1]) else replace_array(raw, ["tools"], fns))
+        for raw, name, functions in entries:
+            if functions:
+                fns = [deferred_text(fn) if qualified in hidden else fn for fn, qualified in functions]
+                raws.append(raw if all(a is b for a, b in zip(fns, (fn for fn, _ in functions)))
+                            else replace_array(raw, ["tools"], fns))
             else:
-                raws.append(deferred_text(raw) if parse_tool(raw).name in hidden else raw)
+                raws.append(deferred_text(raw) if name in hidden else raw)
         return replace_array(body, ["tools"], [*raws, search])
 
     def native_search_tool(self, name: str, description: str) -> str:
@@ -300,7 +320,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
     def owed_results(self, body: str, results: Sequence[ToolResult]) -> list[str]:
         # A stored response with a function_call lacking its output fails the next chained
         # turn ("No tool output found for function call …"): the outputs must follow.
-        if not _stored(load_object(body)):
+        if not _stored(decoded(body)):
             return []
         return [_output_item(r) for r in results]
 
@@ -336,7 +356,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         return response
 
     def history_path(self, body: str) -> tuple[str, ...] | None:
-        data = load_object(body)
+        data = decoded(body)
         if (data.get("previous_response_id") and _stored(data)) or data.get("conversation") is not None:
             return None  # the server holds the real rounds: chain_from / link keep the chain
         return ("input",)
