@@ -315,6 +315,19 @@ def load_request(body: str, api: str, build: Build, key: str = "tools", history:
     return data, _built(tuple(tool_spans(body, [key])), value, build)
 
 
+def catalog_spans(body: str, api: str, key: str = "tools") -> dict[int, int]:
+    """Where ``body`` carries, as a member ``key``'s value, a tool catalog of ``api`` the cache
+    holds (parsed when the request was planned): its end by its start, so that finding a member
+    near it (``jsonspan.find``'s ``known``) does not decode the catalog again. Unverified (a
+    nested member's value may be such a text too): a span to skip, not the member."""
+    spans = {}
+    for start in jsonspan.member_starts(body, key):
+        catalog = CATALOGS.find((api, key, ()), body, start)
+        if catalog is not None:
+            spans[start] = start + len(catalog.text)
+    return spans
+
+
 def _nested(body: str, start: int, inner: tuple[str, ...]
             ) -> tuple[list[Any], list[tuple[int, int]], int, Any, tuple[int, int] | None] | None:
     """The object member at ``start`` holding the tools at ``inner``: their values and spans (in

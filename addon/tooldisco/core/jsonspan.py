@@ -13,7 +13,7 @@ import json
 import re
 import threading
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 _DECODER = json.JSONDecoder()
 _WS = " \t\r\n"
@@ -186,13 +186,15 @@ def root(text: str) -> Span:
     return (_skip_ws(text, 0), len(text.rstrip(_WS)))
 
 
-def find(text: str, path: Path, span: Span | None = None) -> Span | None:
-    """The span of the value at ``path`` (keys and indexes), or None if absent."""
-    if span is None and len(path) > 1 and (known := recalled(text, ("path", tuple(path)))) is not None:
-        return known  # type: ignore[return-value]  # located by the parse (``common.load_request``)
+def find(text: str, path: Path, span: Span | None = None, known: Mapping[int, int] | None = None) -> Span | None:
+    """The span of the value at ``path`` (keys and indexes), or None if absent. ``known``: where
+    values of the text end, by where they start (a tool catalog found in the catalog cache): the
+    root member is located from the end without decoding them."""
+    if span is None and len(path) > 1 and (located := recalled(text, ("path", tuple(path)))) is not None:
+        return located  # type: ignore[return-value]  # located by the parse (``common.load_request``)
     cur = span or root(text)
     if span is None and path and isinstance(path[0], str):
-        first = _root_member(text, cur, path[0])[0]
+        first = _root_member(text, cur, path[0], known)[0]
         if first is None:
             return None
         if first is not _UNSURE:
@@ -240,7 +242,7 @@ _LOOKBACK = 4  # candidates tried from the end before walking the whole object
 _Member = tuple[Span | None, list[Span] | None]  # the value's span and, for an array, its elements
 
 
-def _root_member(text: str, obj: Span, key: str) -> _Member:
+def _root_member(text: str, obj: Span, key: str, known: Mapping[int, int] | None = None) -> _Member:
     """The value of the root object's member ``key``, found from the end of the text.
 
     Why: walking the root object decodes every member before the one asked for, and a
@@ -249,23 +251,24 @@ def _root_member(text: str, obj: Span, key: str) -> _Member:
     value is members up to the text's final ``}`` (inside anything nested, a closing bracket
     would come before that) and none of them has the same key (the last duplicate counts).
     ``_UNSURE`` when that does not settle it (no literal: the key may be written escaped).
-    Inside ``reusing(text)`` each key is looked up once."""
+    Inside ``reusing(text)`` each key is looked up once. A value ``known`` spans is not decoded
+    (a member found so has no element spans)."""
     memo = _memo.found if getattr(_memo, "text", None) is text else None
     if memo is not None and (key, None) in memo:
         return memo[(key, None)]
-    found = _from_the_end(text, obj, key)
+    found = _from_the_end(text, obj, key, known or {})
     if memo is not None:
         memo[(key, None)] = found
     return found
 
 
-def _from_the_end(text: str, obj: Span, key: str) -> _Member:
+def _from_the_end(text: str, obj: Span, key: str, known: Mapping[int, int]) -> _Member:
     if text[obj[0]] != "{":
         return None, None
     needle = json.dumps(key)
     hi = obj[1]
     for _ in range(_LOOKBACK):
-        at = text.rfind(needle, obj[0] + 1, hi)
+        at = _rfind_outside(text, needle, obj[0] + 1, hi, known) if known else text.rfind(needle, obj[0] + 1, hi)
         if at < 0:
             return _UNSURE, None
         hi = at
@@ -276,12 +279,37 @@ def _from_the_end(text: str, obj: Span, key: str) -> _Member:
             continue
         start = _skip_ws(text, i + 1)
         try:
-            items, end = _array(text, start) if text[start] == "[" else (None, _value_end(text, start))
-            if _last_members(text, end, obj[1], key):
+            if start in known:
+                items, end = None, known[start]
+            else:
+                items, end = _array(text, start) if text[start] == "[" else (None, _value_end(text, start))
+            if _last_members(text, end, obj[1], key, known):
                 return (start, end), items
         except (ValueError, IndexError):
             continue
     return _UNSURE, None
+
+
+def _rfind_outside(text: str, needle: str, lo: int, hi: int, known: Mapping[int, int]) -> int:
+    """``text.rfind(needle, lo, hi)`` outside the values ``known`` spans: a member of an object
+    around a value is never inside it, so the value's text need not be searched."""
+    outer: list[Span] = []  # the outermost spans (a value inside another is skipped with it), in order
+    for start, end in sorted(known.items()):
+        if not outer or start >= outer[-1][1]:
+            outer.append((start, end))
+    for start, end in reversed(outer):
+        if start >= hi:
+            continue
+        at = text.rfind(needle, max(lo, end), hi)
+        if at >= 0 or start < lo:
+            return at
+        hi = start
+    return text.rfind(needle, lo, hi)
+
+
+def outside(text: str, needle: str, known: Mapping[int, int]) -> bool:
+    """Whether ``needle`` is in ``text`` outside the values ``known`` spans."""
+    return _rfind_outside(text, needle, 0, len(text), known) >= 0
 
 
 def _escaped(text: str, quote: int) -> bool:
@@ -292,8 +320,9 @@ def _escaped(text: str, quote: int) -> bool:
     return (quote - i) % 2 == 1
 
 
-def _last_members(text: str, i: int, end: int, key: str) -> bool:
-    """Whether ``text[i:end]`` is ``, "k": v`` members (none keyed ``key``) and the closing ``}``."""
+def _last_members(text: str, i: int, end: int, key: str, known: Mapping[int, int]) -> bool:
+    """Whether ``text[i:end]`` is ``, "k": v`` members (none keyed ``key``) and the closing ``}``
+    (values ``known`` spans are skipped, not decoded)."""
     i = _skip_ws(text, i)
     while text[i] == ",":
         other, i = _DECODER.raw_decode(text, _skip_ws(text, i + 1))
@@ -302,7 +331,8 @@ def _last_members(text: str, i: int, end: int, key: str) -> bool:
         i = _skip_ws(text, i)
         if text[i] != ":":
             return False
-        i = _skip_ws(text, _value_end(text, _skip_ws(text, i + 1)))
+        start = _skip_ws(text, i + 1)
+        i = _skip_ws(text, known[start] if start in known else _value_end(text, start))
     return text[i] == "}" and i == end - 1
 
 

@@ -149,3 +149,48 @@ def test_from_the_end_agrees_with_the_walk(members, spaced, escaped):
             assert jsonspan.find_elements(text, [key]) == jsonspan.elements(text, span)
         with jsonspan.reusing(text):  # the same, looked up twice
             assert jsonspan.find(text, [key]) == jsonspan.find(text, [key]) == span
+
+
+def _value_spans(text: str, literal: str = '"tools":') -> dict[int, int]:
+    """The span of the value after each ``literal`` in ``text`` (any depth), as ``known`` takes them."""
+    spans = {}
+    decoder = json.JSONDecoder()
+    for i in range(len(text)):
+        if text.startswith(literal, i):
+            start = i + len(literal)
+            while text[start] in " \t\r\n":
+                start += 1
+            try:
+                spans[start] = decoder.raw_decode(text, start)[1]
+            except ValueError:  # a literal inside a string
+                pass
+    return spans
+
+
+def test_known_values_are_skipped_not_decoded():
+    """A value whose span is ``known`` (a catalog parsed before) is neither decoded nor searched:
+    here it is not even JSON, and the members around it are found all the same."""
+    catalog = '[{"name": "x", "tool_choice": 1, "input": } broken'
+    text = '{"tool_choice": "auto", "tools": ' + catalog + ', "input": "hi"}'
+    start = text.index(catalog)
+    known = {start: start + len(catalog)}
+    assert jsonspan.find(text, ["tools"], known=known) == (start, start + len(catalog))
+    assert text[slice(*jsonspan.find(text, ["tool_choice"], known=known))] == '"auto"'
+    assert text[slice(*jsonspan.find(text, ["input"], known=known))] == '"hi"'
+    assert jsonspan.find(text, ["tool_choice"]) is None  # decoded, the broken value hides them
+    assert jsonspan.outside(text, '"input"', known) and not jsonspan.outside(text, '"name"', known)
+
+
+@given(members=st.lists(st.tuples(_keys, _json), max_size=5), spaced=st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_known_values_change_nothing_found(members, spaced):
+    """Skipping the values ``known`` spans (here every ``"tools"`` value, at any depth) finds what
+    the walk finds."""
+    sep = ", " if spaced else ","
+    text = "{" + sep.join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in members) + "}"
+    known = _value_spans(text)
+    for key in ("tools", "messages", "a"):
+        assert jsonspan.find(text, [key], known=known) == walked(text, [key])
+        needle = json.dumps(key)
+        assert jsonspan.outside(text, needle, known) == any(
+            text.startswith(needle, i) and not any(a <= i < b for a, b in known.items()) for i in range(len(text)))

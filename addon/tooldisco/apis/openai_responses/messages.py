@@ -7,9 +7,9 @@ depending on the adapter.
 
 from __future__ import annotations
 
-from typing import Any, Collection, Iterable, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
-from tooldisco.apis.common import sum_usage
+from tooldisco.apis.common import catalog_spans, sum_usage
 from tooldisco.apis.streaming import as_list
 from tooldisco.core import jsonspan
 
@@ -45,25 +45,29 @@ def phantom_call(item: Any, names: Collection[str]) -> bool:
 # out the API echoes these values.
 _ECHO_DEFAULTS = {"tools": "[]", "tool_choice": '"auto"'}
 ECHOED = frozenset(_ECHO_DEFAULTS)
+_API = "openai_responses"  # the adapter's name: the scope its catalogs are cached under
 
 
 def echoed_fields(body: str) -> dict[str, str]:
     """The raw JSON a Response must echo for the client's ``tools`` and ``tool_choice``: the
-    client's own bytes from ``body``, or the API's value for a field it left out (or sent null)."""
+    client's own bytes from ``body``, or the API's value for a field it left out (or sent null).
+    The client's catalog, parsed when the request was planned, is neither decoded nor searched
+    again to find them (``common.catalog_spans``)."""
     out = {}
+    known = catalog_spans(body, _API)
     for key, default in _ECHO_DEFAULTS.items():
-        span = jsonspan.find(body, [key]) if _may_hold(body, key) else None
+        span = jsonspan.find(body, [key], known=known) if _may_hold(body, key, known) else None
         raw = body[span[0] : span[1]] if span is not None else "null"
         out[key] = default if raw == "null" else raw
     return out
 
 
-def _may_hold(body: str, key: str) -> bool:
-    """Whether ``body`` can have the member ``key`` (letters and ``_``): its literal is there, or
-    it may be written with ``\\u`` escapes, the only ones that stand for those characters
+def _may_hold(body: str, key: str, known: Mapping[int, int]) -> bool:
+    """Whether ``body`` can have the root member ``key`` (letters and ``_``): its literal is there,
+    or it may be written with ``\\u`` escapes, the only ones that stand for those characters
     (RFC 8259 §7). Without either, no walk of the body (its whole catalog) is needed to know the
-    member is absent."""
-    return f'"{key}"' in body or "\\u" in body
+    member is absent. Inside the values ``known`` spans no root member is: they are not searched."""
+    return jsonspan.outside(body, f'"{key}"', known) or ("\\" in body and jsonspan.outside(body, "\\u", known))
 
 
 def _orphaned_reasoning(output: list[Any], removed: set[int]) -> set[int]:

@@ -333,12 +333,42 @@ def test_echoed_fields_find_an_absent_member_without_walking_the_body(monkeypatc
 
     looked: list[str] = []
     find = jsonspan.find
-    monkeypatch.setattr(jsonspan, "find", lambda text, path, *a: looked.append(path[0]) or find(text, path, *a))
+    monkeypatch.setattr(jsonspan, "find", lambda text, path, *a, **k: looked.append(path[0]) or find(text, path, *a, **k))
     body = '{"model": "gpt-5", "input": "hi", "tools": [{"type": "function", "name": "a"}]}'
     assert messages.echoed_fields(body) == {"tools": '[{"type": "function", "name": "a"}]', "tool_choice": '"auto"'}
     assert looked == ["tools"]
     escaped = '{"input": "caf\\u00e9", "tools": [], "tool\\u005fchoice": "required"}'
     assert messages.echoed_fields(escaped) == {"tools": "[]", "tool_choice": '"required"'}
+
+
+@pytest.mark.parametrize("order", ["tools_first", "tool_choice_first"])
+def test_echoed_fields_of_a_planned_body_leave_its_catalog_undecoded(monkeypatch, order) -> None:
+    """Once the request was planned (its catalog parsed and cached), the echo of its ``tools``
+    and ``tool_choice`` decodes nothing of the catalog, wherever ``tool_choice`` stands."""
+    from tooldisco.apis.openai_responses import messages
+    from tooldisco.core import jsonspan
+
+    over = {"tool_choice": None} if order == "tools_first" else {"model": "gpt-5", "tools": None, "tool_choice": None}
+    body = json.loads(codex_body(**over))
+    if order == "tools_first":
+        body["tool_choice"] = {"type": "function", "name": "shell"}
+    else:  # tool_choice, then the catalog, then the conversation
+        body = {"tool_choice": "required", "tools": CODEX_TOOLS, **body}
+    text = json.dumps(body, indent=1)
+    R.parse(text)  # the planner's parse: the catalog is cached
+    start = text.index("[", text.index('"tools":'))
+    decoded: list[int] = []
+
+    class Recording(json.JSONDecoder):
+        def raw_decode(self, s, idx=0):
+            decoded.append(idx)
+            return super().raw_decode(s, idx)
+
+    monkeypatch.setattr(jsonspan, "_DECODER", Recording())
+    fields = messages.echoed_fields(text)
+    assert json.loads(fields["tools"]) == CODEX_TOOLS and fields["tools"] in text
+    assert json.loads(fields["tool_choice"]) == body["tool_choice"]
+    assert decoded and not [i for i in decoded if start <= i < start + len(fields["tools"])]
 
 
 def test_restore_echo_walks_the_answer_once_before_the_catalog_goes_in(monkeypatch) -> None:
@@ -349,7 +379,7 @@ def test_restore_echo_walks_the_answer_once_before_the_catalog_goes_in(monkeypat
     walked: list[str] = []
     members, find = jsonspan.members, jsonspan.find
     monkeypatch.setattr(jsonspan, "members", lambda text, span: walked.append(text) or members(text, span))
-    monkeypatch.setattr(jsonspan, "find", lambda text, path, *a: walked.append(text) or find(text, path, *a))
+    monkeypatch.setattr(jsonspan, "find", lambda text, path, *a, **k: walked.append(text) or find(text, path, *a, **k))
     body = codex_body()
     answer = json.dumps({"id": "resp_1", "tools": [{"type": "function", "name": P}], "tool_choice": "auto",
                          "output": []})
