@@ -50,6 +50,7 @@ class Live:
             return  # a buffered flow's answer goes through the loop whole
         if meta.relayed_to is not None:
             flow.response.stream = True  # the relay writes each event when it is visible
+            self._restore_request(flow, meta)
             return
         engine = self._options.engine
         if engine and engine.config.handles_host(meta.host):
@@ -65,11 +66,19 @@ class Live:
 
     @staticmethod
     def _show_real_url(flow: http.HTTPFlow) -> None:
-        """A relayed flow was sent to the loopback relay; show where it really went."""
+        """A relayed flow was sent to the loopback relay; show where it really went, and what."""
         meta = metadata.of(flow)
         if meta is not None and meta.relayed_to is not None:
+            Live._restore_request(flow, meta)
             flow.request.url, meta.relayed_to = meta.relayed_to, None
             flow.request.headers.pop(relay_mod.HEADER, None)
+
+    @staticmethod
+    def _restore_request(flow: http.HTTPFlow, meta: metadata.FlowMeta) -> None:
+        """The body (and its framing headers) the hop to the relay did not carry, back in the flow."""
+        if meta.relayed_request is not None:
+            (flow.request.raw_content, headers), meta.relayed_request = meta.relayed_request, None
+            flow.request.headers = headers
 
 
 class LiveRouter:
@@ -95,7 +104,7 @@ class LiveRouter:
         except Exception:  # fail open: the client's own request goes out, untouched
             log.exception("live relay unavailable; forwarding the request unchanged")
             self._watch.forget(flow)
-            meta.relayed_to = None
+            meta.relayed_to = meta.relayed_request = None
             flow.request.raw_content, flow.request.headers = held.sent
 
     async def _route(self, flow: http.HTTPFlow, meta: metadata.FlowMeta, held: metadata.Held) -> None:
@@ -114,9 +123,16 @@ class LiveRouter:
 
         port = await self._relay.start()
         raw = flow.request.raw_content
-        token = self._relay.register(serve, None if raw is None else len(raw))  # a longer body is refused unread
+        # The body is handed to the relay in the process: the hop to it carries none, so the
+        # request (a whole catalog) is not written to and read back from a loopback socket.
+        token = self._relay.register(serve, body=raw) if raw is not None else self._relay.register(serve)
         meta.relayed_to = url
         if flow.server_conn.via is not None:  # upstream mode: the relay is reached directly, it uses the proxy
             flow.server_conn = connection.Server(address=("127.0.0.1", port))
         flow.request.scheme, flow.request.host, flow.request.port = "http", "127.0.0.1", port
+        if raw is not None:
+            meta.relayed_request = (raw, flow.request.headers.copy())
+            flow.request.headers.pop("transfer-encoding", None)
+            flow.request.headers["content-length"] = "0"
+            flow.request.raw_content = b""
         flow.request.headers[relay_mod.HEADER] = token

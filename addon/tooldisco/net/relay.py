@@ -54,6 +54,7 @@ Serve = Callable[[list[tuple[str, str]], bytes], AsyncIterator[Head | bytes]]
 class _Job:
     serve: Serve
     size: int = MAX_REQUEST_BYTES  # the body mitmproxy will send: no more is read
+    body: bytes | None = None  # the body handed over in the process: the request brings none
     created: float = field(default_factory=time.monotonic)
 
 
@@ -83,14 +84,18 @@ class Relay:
         assert self.port is not None
         return self.port
 
-    def register(self, serve: Serve, size: int | None = None) -> str:
+    def register(self, serve: Serve, size: int | None = None, body: bytes | None = None) -> str:
         """A token for one flow: the relay serves it with ``serve(headers, body)``; ``size``: the
-        length of the body the flow will bring (a longer one is refused unread)."""
+        length of the body the flow will bring (a longer one is refused unread). ``body``: the
+        body itself, handed over in the process: the flow's request then brings none (a body
+        it does bring is refused unread), so the body never crosses the loopback hop."""
         now = time.monotonic()
         for token in [t for t, job in self._jobs.items() if now - job.created > JOB_TTL]:
             del self._jobs[token]
         token = secrets.token_hex(16)
-        self._jobs[token] = _Job(serve, MAX_REQUEST_BYTES if size is None else min(size, MAX_REQUEST_BYTES))
+        if body is not None:
+            size = 0
+        self._jobs[token] = _Job(serve, MAX_REQUEST_BYTES if size is None else min(size, MAX_REQUEST_BYTES), body)
         return token
 
     def forget(self, token: str) -> None:
@@ -157,6 +162,8 @@ class Relay:
         body = await self._read_body(conn, reader, job.size)
         if body is None:
             return False
+        if job.body is not None:
+            body = job.body
         headers = [(k, v) for k, v in headers if k.lower() != HEADER]
         await self._serve(job.serve(headers, body), conn, reader, writer, task)
         return conn.our_state is h11.DONE and conn.their_state is h11.DONE

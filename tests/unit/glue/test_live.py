@@ -3,7 +3,7 @@
 import json
 
 from mitmproxy import http
-from mitmproxy.test import taddons, tutils
+from mitmproxy.test import taddons, tflow, tutils
 from tooldisco.glue import metadata
 
 from tests.unit.glue.chain import Chain, flow, relevance_config, tool_search_config
@@ -53,6 +53,37 @@ async def test_a_streamed_tool_search_flow_is_routed_to_the_relay(tmp_path):
         await chain.response(f)  # mitmweb shows where the flow really went
         assert f.request.pretty_host == "mapped.example" and "x-tooldisco-relay" not in f.request.headers
         assert metadata.KEY not in f.metadata  # the record went with the flow
+        await chain.live.relay.close()
+
+
+async def test_a_relayed_flow_hands_its_body_over_and_the_hop_carries_none(tmp_path):
+    """The relay gets the body in the process: the request mitmproxy sends to it is empty; once
+    the relay answered, the flow shows the body and headers that really went upstream."""
+    chain = Chain()
+    with taddons.context(*chain.addons) as tctx:
+        tctx.configure(chain.options, tool_discovery_config=tool_search_config(tmp_path))
+        f = flow(stream=True)
+        chain.running()
+        chain.requestheaders(f)
+        await chain.request(f)
+        body, length = f.request.raw_content, f.request.headers["content-length"]
+        await chain.live.router.request(f)
+        assert f.request.raw_content == b"" and f.request.headers["content-length"] == "0"
+        job = chain.live.relay._jobs[f.request.headers["x-tooldisco-relay"]]
+        assert job.body == body and job.size == 0 and len(body) == int(length) > 0
+        f.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")])
+        chain.responseheaders(f)
+        assert f.request.raw_content == body and f.request.headers["content-length"] == length
+        await chain.response(f)
+        assert f.request.raw_content == body and "x-tooldisco-relay" not in f.request.headers
+        g = flow(stream=True)  # the relay never answered: the flow's error shows it all the same
+        chain.requestheaders(g)
+        await chain.request(g)
+        sent = g.request.raw_content
+        await chain.live.router.request(g)
+        g.error = tflow.terr()
+        chain.live.error(g)
+        assert g.request.raw_content == sent and g.request.pretty_host == "api.anthropic.com"
         await chain.live.relay.close()
 
 

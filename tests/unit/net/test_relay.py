@@ -196,3 +196,19 @@ async def test_connections_not_serving_a_flow_are_bounded_the_longest_waiting_go
             w.close()
     finally:
         await relay.close()
+
+
+async def test_a_body_handed_over_is_served_and_one_the_request_brings_is_refused(relay):
+    """A flow whose body was handed over in the process is served with it; its request brings
+    none, and one that brings a body anyway is refused unread."""
+    seen = []
+    token = relay.register(echo(seen), body=b'{"whole": "catalog"}')
+    reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+    writer.write(request(token, b""))
+    answer = await read_response(reader)
+    assert answer.startswith(b"HTTP/1.1 200") and seen[0][1] == b'{"whole": "catalog"}'
+    token = relay.register(echo(seen), body=b"{}")
+    writer.write(request(token, b'{"a":1}'))
+    assert (await closed(reader)).startswith(b"HTTP/1.1 413")
+    writer.close()
+    assert len(seen) == 1
