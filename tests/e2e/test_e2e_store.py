@@ -150,7 +150,11 @@ def test_a_light_tenant_is_not_held_by_a_heavy_tenants_huge_requests(mitm_factor
     get their answers meanwhile (the p95 is measured by scripts/bench_fairness.py)."""
     proxy = mitm_factory(config=config())
     heavy_tools = anthropic_tools(20_000)
-    heavy_bodies = [body(f"heavy {i} [{uuid.uuid4().hex}]", heavy_tools) for i in range(6)]
+    # Each its own catalog (its first definition differs), so none is found parsed already:
+    # every one is a new catalog's full decode and index work.
+    heavy_bodies = [body(f"heavy {i} [{uuid.uuid4().hex}]",
+                         [{**heavy_tools[0], "description": f"{heavy_tools[0]['description']} ({i})"},
+                          *heavy_tools[1:]]) for i in range(6)]
     heavy_done: list[float] = []
     errors: list[BaseException] = []
 
