@@ -38,7 +38,7 @@ sys.path[:0] = [str(ROOT / "addon"), str(ROOT), str(ROOT / "scripts")]
 
 import bench_ttfb  # noqa: E402
 from _bench import section  # noqa: E402
-from bench_overhead import CPU_APIS, KINDS, api_of, turn_request  # noqa: E402
+from bench_overhead import CPU_APIS, KINDS, STREAM_EVENTS, api_of, turn_request  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, MitmDump  # noqa: E402
 
 PY_SPY = Path(sys.executable).parent / "py-spy"
@@ -169,6 +169,8 @@ def main() -> None:
                     help="C frames too (the garbage collector, TLS, the JSON scanner); py-spy then pauses the "
                          "process at each sample")
     ap.add_argument("--raw", type=Path, help="keep py-spy's collapsed stacks in this file")
+    ap.add_argument("--plain", action="store_true",
+                    help="profile plain mitmdump instead (bench_overhead's baseline: it only streams event streams)")
     args = ap.parse_args()
     apis, kinds = [a for a in args.apis.split(",") if a], [k for k in args.kinds.split(",") if k]
     if not PY_SPY.exists():
@@ -178,9 +180,13 @@ def main() -> None:
         bench_ttfb.aws_chain(tmp)
         fake = bench_ttfb.Fake(0.0, tmp / "fake.log")
         raw = args.raw or tmp / "stacks.txt"
-        proxy = SpiedMitmDump(tmp / "addon", fake.url, script=ADDON_PATH, config=bench_ttfb.addon_config,
-                              name="addon", output=raw, rate=args.rate, gil=args.gil,
-                              native=args.native)
+        if args.plain:
+            (tmp / "stream_events.py").write_text(STREAM_EVENTS)
+            setup = {"script": tmp / "stream_events.py", "name": "plain"}
+        else:
+            setup = {"script": ADDON_PATH, "config": bench_ttfb.addon_config, "name": "addon"}
+        proxy = SpiedMitmDump(tmp / "proxy", fake.url, output=raw, rate=args.rate, gil=args.gil,
+                              native=args.native, **setup)
         try:
             fake.reset(0.0)
             proxy.start()

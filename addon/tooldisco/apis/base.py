@@ -242,6 +242,10 @@ class Answers(Protocol):
     """The answer side. A message is the API's own non-streaming response object as a dict
     (streams are assembled into one first)."""
 
+    #: Its answers restate request fields (``restore_echo`` has work to do); False spares
+    #: decoding the client's body and the answer for nothing.
+    echoes: bool
+
     def calls(self, message: dict[str, Any]) -> list[ToolCall]:
         ...
 

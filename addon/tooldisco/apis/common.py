@@ -100,6 +100,8 @@ class History:
 class AdapterDefaults:
     """What most APIs do: no conversation kept on the server, usage only in the body."""
 
+    echoes = False
+
     def error_body(self, failure: Failure) -> tuple[list[tuple[str, str]], bytes]:
         """Headers and JSON body of an HTTP error answer in the API's own format, so that the
         client's SDK raises the error it retries (each API overrides it with its shape)."""
@@ -443,13 +445,30 @@ def check_unique(tools: Iterable[Tool]) -> None:
 
 def replace_array(body: str, path: Sequence[str], raws: Sequence[str]) -> str:
     """Set the array at ``path`` (every parent must exist but the last key may be absent)."""
+    return replace_array_text(body, path, jsonspan.array_text(raws))
+
+
+def replace_array_text(body: str, path: Sequence[str], array: str) -> str:
+    """``replace_array`` with the array's text already made."""
     span = jsonspan.find(body, path)
     if span is not None:
-        return jsonspan.replace(body, span, jsonspan.array_text(raws))
+        return jsonspan.replace(body, span, array)
     parent = jsonspan.find(body, path[:-1])
     if parent is None:
         raise Unsupported(f"no {'.'.join(path[:-1])} to put tools in")
-    return jsonspan.set_member(body, parent, path[-1], jsonspan.array_text(raws))
+    return jsonspan.set_member(body, parent, path[-1], array)
+
+
+def with_marked(body: str, catalog: ToolCatalog | None, deferred: Sequence[str], search: str,
+                mark: Callable[[frozenset[str]], list[str]]) -> str:
+    """``body`` with its tools as native deferral forwards them: ``mark(hidden)``, the elements
+    with the deferred ones marked, then ``search``. A catalog found by its text keeps the marked
+    elements for the next request that defers the same tools (``ToolCatalog.marked``)."""
+    hidden = frozenset(deferred)
+    if catalog is None:
+        return replace_array(body, ["tools"], [*mark(hidden), search])
+    joined = catalog.marked(hidden, lambda: ",".join(mark(hidden)))
+    return replace_array_text(body, ["tools"], "[" + joined + ("," if joined else "") + search + "]")
 
 
 def append_array(body: str, path: Sequence[str], raws: Sequence[str]) -> str:

@@ -70,9 +70,10 @@ class Tool:
 
 
 #: What a catalog holds per character of its text: the text itself, the definitions cut from
-#: it (the same characters again) and the names, descriptions and parameter texts parsed out of
-#: them (never more than the text): charged from lengths alone, without walking the objects.
-BYTES_PER_CHAR = 3
+#: it (the same characters again), the names, descriptions and parameter texts parsed out of
+#: them (never more than the text) and the one marked copy native deferral keeps
+#: (``ToolCatalog.marked``): charged from lengths alone, without walking the objects.
+BYTES_PER_CHAR = 4
 #: What a catalog holds per tool beyond its texts: the ``Tool`` object and its field headers,
 #: the tuples, sets and dicts listing it, the word index and positions relevance keeps on it
 #: (tracemalloc's figure on CPython 3.13, rounded up).
@@ -103,6 +104,7 @@ class ToolCatalog:
         # tool set decides, kept apart so that many sessions never push out the catalog's own.
         self._memo: OrderedDict[Hashable, Any] = OrderedDict()
         self._sets: OrderedDict[Hashable, Any] = OrderedDict()
+        self._marked: tuple[Hashable, str] | None = None
         self._lock = threading.Lock()
 
     @property
@@ -149,6 +151,19 @@ class ToolCatalog:
             while len(memo) > MEMO_ENTRIES:
                 memo.popitem(last=False)
         return value
+
+
+    def marked(self, deferred: Hashable, make: Callable[[], str]) -> str:
+        """``make()``: the elements as native deferral forwards them with ``deferred`` marked,
+        joined. Kept for the next request that defers the same set: the sessions of a catalog
+        defer all but the few tools they keep, so one copy (``BYTES_PER_CHAR`` charges it)
+        spares marking the whole catalog on every request."""
+        held = self._marked
+        if held is not None and held[0] == deferred:
+            return held[1]
+        text = make()
+        self._marked = (deferred, text)
+        return text
 
 
 def of_tools(tools: tuple[Tool, ...]) -> ToolCatalog:

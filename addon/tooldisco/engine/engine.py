@@ -48,7 +48,7 @@ class Engine:
         self.searches = SearchService(td, self.searcher, self.selector)
         self.learner = Learner(td.learning, self.store) if td.learning.enabled and td.strategy.defers else None
         self.planner = Planner(config, self.store, self.telemetry, self.ranker, self.searches.warm, self._shadow,
-                               self.learner)
+                               self.learner, self.searches.warmed)
         p = config.planning
         self.pool = FairExecutor(p.workers, p.per_tenant, p.queue, p.wait)
         set_switch_interval(p.switch_interval)

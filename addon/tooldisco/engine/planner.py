@@ -91,13 +91,13 @@ class Planner:
     def __init__(self, config: Config, store: SessionStore, telemetry: TelemetrySink,
                  ranker: Ranker, warm: Callable[[Catalog], Awaitable[None]],
                  shadow: Callable[[RequestView, deferral.DeferralPlan, Record], Awaitable[None]],
-                 learner: Learner | None = None) -> None:
+                 learner: Learner | None = None, warmed: Callable[[Catalog], bool] = lambda tools: False) -> None:
         self.config = config
         self.store = store
         self.learner = learner
         self.telemetry = telemetry
         self.ranker = ranker
-        self._warm = warm
+        self._warm, self._warmed = warm, warmed
         self._shadow = shadow
 
     def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
@@ -272,10 +272,11 @@ class Planner:
             # Refused (an API version without ``parametersJsonSchema``): this request the classic way.
             ctx = self._through(adapter, calls_through, plan, text, original, session, record, view,
                                 through_key, classic)
+        elif natively is not None and natives is not None:
+            ctx = self._native(adapter, natives, natively, plan, text, original, session, record, view, model,
+                               classic)
         else:
             ctx = classic(model)
-            if natively is not None and natives is not None:
-                ctx = self._native(natives, natively, text, ctx, model, view)
         record.deferral = ctx.mode.name
         if priors is not None:
             ctx.priors, ctx.offered = priors, view.offered.by_name
@@ -332,32 +333,30 @@ class Planner:
         ctx.mode = CallThroughMode(adapter, through, dispatch, key, partial(classic, key))
         return ctx
 
-    def _native(self, natives: NativeDeferral, plan: deferral.DeferralPlan, text: str,
-                classic: FlowContext, model: str, view: RequestView) -> FlowContext:
+    def _native(self, adapter: Adapter, natives: NativeDeferral, natively: deferral.DeferralPlan,
+                plan: deferral.DeferralPlan, text: str, original: bytes, session: _Session, record: Record,
+                view: RequestView, model: str, classic: Callable[[str], FlowContext]) -> FlowContext:
         """Native deferral (``policy.native``): the client's tools as they are, deferred ones
         marked, the search tool last; searchable are the deferred tools of this request only
         (a reference must name a tool in ``tools[]``). Tools found on earlier turns stay deferred:
         their loading references are in hidden rounds the client's history lacks (restoring those
-        rounds brings them back), and loading them here would change ``tools[]``."""
+        rounds brings them back), and loading them here would change ``tools[]``. ``classic``
+        makes this request deferred the classic way (``plan``), should the upstream refuse the
+        native form: only then, since it is a whole body of its own."""
         td = self.config.tool_discovery
-        description = deferral.described(view.offered, plan, self._backend(), td.max_search_results, natively=True)
+        description = deferral.described(view.offered, natively, self._backend(), td.max_search_results, natively=True)
         search = natives.native_search_tool(td.search_tool_name, description)
-        body = natives.native_tools(text, [t.name for t in plan.deferred], search)
-        record = classic.record
-        counted = (record.kept_tools, record.deferred_tools, record.tool_tokens_after, record.tool_tokens_wire)
-        self._count(record, plan.kept, plan.deferred, extra=estimate_tokens(search))
+        body = natives.native_tools(text, [t.name for t in natively.deferred], search)
+        self._count(record, natively.kept, natively.deferred, extra=estimate_tokens(search))
         # The deferred definitions still go upstream (marked): on the wire, not in the prompt. Counted
         # from the definitions, not by parsing the forwarded body again (each marked one: its text and the mark).
-        record.tool_tokens_wire = record.tool_tokens_before + estimate_tokens(search) + _marks(view, plan)
-
-        def fallback() -> FlowContext:  # refused: the record counts the classic request again
-            record.kept_tools, record.deferred_tools, record.tool_tokens_after, record.tool_tokens_wire = counted
-            return classic
-
+        record.tool_tokens_wire = record.tool_tokens_before + estimate_tokens(search) + _marks(view, natively)
         name = natives.native_search(td.search_tool_name)
-        mode: NativeMode[FlowContext] = NativeMode(classic.adapter, name, model, fallback=fallback)
-        return replace(classic, body=body, mode=mode, catalog={t.name: t for t in plan.deferred},
-                       forwarded=[t.name for t in plan.kept] + [name])
+        # Refused: the classic request, which counts itself on the record again.
+        mode: NativeMode[FlowContext] = NativeMode(adapter, name, model, fallback=lambda: classic(model))
+        return FlowContext(adapter, session.key, session.tenant, session.persist, body, original, mode,
+                           {t.name: t for t in natively.deferred}, [t.name for t in natively.kept] + [name],
+                           record, view.stream)
 
     def _backend(self) -> str:
         """The search backend named in the search tool's description."""
@@ -367,7 +366,7 @@ class Planner:
     def _warm_up(self, tools: Catalog) -> Callable[[], Awaitable[None]] | None:
         """Build the catalog's search index while the model is still answering, so its first
         search does not wait for it (the search service builds each catalog's once)."""
-        if self.config.tool_discovery.strategy.remote or not tools:
+        if self.config.tool_discovery.strategy.remote or not tools or self._warmed(tools):
             return None
         return lambda: self._warm(tools)
 

@@ -262,6 +262,8 @@ class LoopRunner:
             self._close_record()
 
     def _echo(self, body: bytes) -> bytes:
+        if not self.ctx.adapter.echoes:
+            return body
         return self.ctx.adapter.restore_echo(body.decode("utf-8"), self.ctx.client_body).encode("utf-8")
 
     def _undecodable(self, answer: Answer, body: bytes) -> Reply:
@@ -336,7 +338,8 @@ class LoopRunner:
                     yield chunk
                 return
             yield Head(200, answer.headers)
-            stitcher = ctx.mode.stitcher(ctx.client_body)
+            # The client's body only where the stream echoes it: decoding a whole catalog is not free.
+            stitcher = ctx.mode.stitcher(ctx.client_body if ctx.adapter.echoes else "")
             # The client's stream as its SDK assembles it (what it will send back): the stitcher's
             # own when it keeps one, else decoded here from what it emits.
             own = stitcher.shown()

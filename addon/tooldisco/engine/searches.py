@@ -111,6 +111,12 @@ class SearchService:
                 self._warming.pop(next(iter(self._warming)))
         await asyncio.shield(running)
 
+    def warmed(self, tools: Catalog) -> bool:
+        """Whether ``tools``' warm-up has run: the planner then starts none (a task per request
+        that only finds the index built is not free)."""
+        running = self._warming.get(tools.key)
+        return running is not None and running.done()
+
     async def _build(self, tools: Catalog) -> None:
         try:
             await asyncio.to_thread(self.searcher.rank, WARM_UP_QUERY, tools, 1)

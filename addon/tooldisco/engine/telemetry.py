@@ -11,7 +11,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ class TelemetrySink:
 
     QUEUE = 10_000
     WARN_EVERY = 60.0
+    BATCH_S = 0.05
 
     def __init__(self, path: str | Path | None):
         self._path = Path(path) if path else None
@@ -118,20 +119,53 @@ class TelemetrySink:
                 self._thread.start()
 
     def _run(self) -> None:
+        """Write what is queued, a batch at a time, then rest ``BATCH_S``: records queued
+        meanwhile wait for the next batch, so a busy proxy wakes this thread a few times a
+        second, not once per flow. The file stays open between batches and is opened again
+        when its path no longer names it (rotated, removed)."""
         assert self._path is not None
-        while True:
-            record = self._queue.get()
-            try:
-                if record is None:
+        fd: int | None = None
+        try:
+            while True:
+                batch = [self._queue.get()]
+                while True:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                records = [r for r in batch if r is not None]
+                try:
+                    if records:
+                        fd = self._write(fd, "".join(map(encode, records)).encode("ascii"))
+                except Exception as e:  # a full disk or a removed directory must not kill the writer
+                    fd = _closed(fd)
+                    for _ in records:
+                        self._drop(f"cannot write to {self._path}: {type(e).__name__}: {e}")
+                finally:
+                    for _ in batch:
+                        self._queue.task_done()
+                if len(records) < len(batch):
                     return
-                line = encode(record)
-                fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                with os.fdopen(fd, "a", encoding="ascii") as f:
-                    f.write(line)
-            except Exception as e:  # a full disk or a removed directory must not kill the writer
-                self._drop(f"cannot write to {self._path}: {type(e).__name__}: {e}")
-            finally:
-                self._queue.task_done()
+                time.sleep(self.BATCH_S)
+        finally:
+            _closed(fd)
+
+    def _write(self, fd: int | None, data: bytes) -> int:
+        """``data`` appended to the file (opened or opened again); the descriptor to keep."""
+        assert self._path is not None
+        if fd is not None:
+            try:
+                same = os.path.samestat(os.stat(self._path), os.fstat(fd))
+            except OSError:
+                same = False
+            if not same:
+                fd = _closed(fd)
+        if fd is None:
+            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        return fd
 
     def _drop(self, why: str) -> None:
         self.dropped += 1
@@ -145,4 +179,19 @@ def encode(record: Record) -> str:
     """One record as a JSON line, all ASCII: text the model wrote (a search query) may hold
     a lone surrogate, which no UTF-8 file can take but a JSON ``\\uXXXX`` escape carries
     (RFC 8259 §7); an unexpected value type is written as its ``str``, not lost."""
-    return json.dumps(asdict(record), ensure_ascii=True, separators=(",", ":"), default=str) + "\n"
+    return json.dumps(vars(record), ensure_ascii=True, separators=(",", ":"), default=_plain) + "\n"
+
+
+def _plain(value: Any) -> Any:
+    """A nested record (a search) as its fields, anything else JSON lacks as its ``str``: the
+    record's own fields are encoded as they are, not deep-copied first (``asdict``)."""
+    return asdict(value) if is_dataclass(value) and not isinstance(value, type) else str(value)
+
+
+def _closed(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    return None

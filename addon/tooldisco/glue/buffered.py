@@ -68,6 +68,8 @@ class Buffered:
                 flow.kill()
             return
         response = flow.response
+        if (reply.body is body or reply.body == body) and reply.status == response.status_code:
+            return  # the upstream's answer as it came (no search, nothing echoed): its bytes pass untouched
         if response.status_code != reply.status:  # HTTP/1's reason phrase goes with the status
             response.reason = http.status_codes.RESPONSES.get(reply.status, "")
         response.status_code = reply.status

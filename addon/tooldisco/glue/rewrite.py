@@ -46,7 +46,7 @@ class Rewrite:
             return
         original = (flow.request.raw_content, flow.request.headers.copy(), flow.request.url, flow.server_conn)
         try:
-            await self._rewrite(flow, engine, adapter)
+            await self._rewrite(flow, engine, adapter, original[:2])
         except Exception:
             log.exception("tool discovery failed; forwarding the request unchanged")
             self._watch.forget(flow)
@@ -73,7 +73,9 @@ class Rewrite:
         except Exception:
             log.debug("unlisted-host check failed", exc_info=True)
 
-    async def _rewrite(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter) -> None:
+    async def _rewrite(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter,
+                       sent: tuple[bytes | None, http.Headers]) -> None:
+        """``sent``: the body and headers as the client sent them (the fail-open resend)."""
         request = flow.request
         body = await messages.decoded(request, engine.config.max_body_bytes, "tool discovery skipped")
         if not body:
@@ -90,7 +92,6 @@ class Rewrite:
         # On the planning pool (its tenant's share of worker threads): a first request on a large
         # catalog may build a search index, and session reads are disk I/O; a blocking call in a
         # hook would stall every flow.
-        sent = (request.raw_content, request.headers.copy())
         prepared = await engine.plan(adapter, headers, body, urlsplit(request.path).query)
         if prepared.background is not None:
             self._background.spawn(prepared.background())

@@ -26,6 +26,7 @@ from tooldisco.apis.common import (
     sum_usage,
     tool_spans,
     user_text,
+    with_marked,
 )
 from tooldisco.apis.anthropic.stream import AnthropicStreamDecoder
 from tooldisco.apis.anthropic.stream import encode
@@ -190,14 +191,16 @@ class AnthropicAdapter(AdapterDefaults):
         return name  # the search is a client tool: its calls are tool_use blocks by that name
 
     def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
-        hidden = set(deferred)
         catalog = catalog_at(body)
-        if catalog is not None:  # one tool per element: names known, nothing parsed again
-            pairs = zip(catalog.raws, catalog.names)
-        else:
-            pairs = ((raw, parse_tool(raw).name) for raw in tool_spans(body, ["tools"]))
-        raws = [deferred_text(raw) if name in hidden else raw for raw, name in pairs]
-        return replace_array(body, ["tools"], [*raws, search])
+
+        def mark(hidden: frozenset[str]) -> list[str]:
+            if catalog is not None:  # one tool per element: names known, nothing parsed again
+                pairs: Iterable[tuple[str, str]] = zip(catalog.raws, catalog.names)
+            else:
+                pairs = ((raw, parse_tool(raw).name) for raw in tool_spans(body, ["tools"]))
+            return [deferred_text(raw) if name in hidden else raw for raw, name in pairs]
+
+        return with_marked(body, catalog, deferred, search, mark)
 
     def native_search_tool(self, name: str, description: str) -> str:
         return self.phantom_tool(name, description)

@@ -36,6 +36,7 @@ from tooldisco.apis.common import (
     replace_array,
     tool_spans,
     user_text,
+    with_marked,
 )
 from tooldisco.apis.openai_responses.messages import (
     ECHOED,
@@ -195,6 +196,7 @@ def _replay(output: Any, stored: bool) -> Iterator[dict[str, Any]]:
 class OpenAIResponsesAdapter(AdapterDefaults):
     api = "openai_responses"
     native_kind = "responses"  # ``tool_discovery.native.responses``
+    echoes = True  # a Response restates the request's tools and tool_choice
 
     def native_deferral(self) -> NativeDeferral:
         return self
@@ -252,19 +254,22 @@ class OpenAIResponsesAdapter(AdapterDefaults):
     def native_tools(self, body: str, deferred: Sequence[str], search: str) -> str:
         """Deferred functions of a namespace get ``defer_loading`` inside it (the API's rule for
         namespaces); the namespace entry stays where the client put it."""
-        hidden = set(deferred)
         catalog = catalog_at(body)
-        entries = (catalog.derived("native entries", lambda: _native_entries(catalog.raws)) if catalog is not None
-                   else _native_entries(tool_spans(body, ["tools"])))
-        raws = []
-        for raw, name, functions in entries:
-            if functions:
-                fns = [deferred_text(fn) if qualified in hidden else fn for fn, qualified in functions]
-                raws.append(raw if all(a is b for a, b in zip(fns, (fn for fn, _ in functions)))
-                            else replace_array(raw, ["tools"], fns))
-            else:
-                raws.append(deferred_text(raw) if name in hidden else raw)
-        return replace_array(body, ["tools"], [*raws, search])
+
+        def mark(hidden: frozenset[str]) -> list[str]:
+            entries = (catalog.derived("native entries", lambda: _native_entries(catalog.raws))
+                       if catalog is not None else _native_entries(tool_spans(body, ["tools"])))
+            raws = []
+            for raw, name, functions in entries:
+                if functions:
+                    fns = [deferred_text(fn) if qualified in hidden else fn for fn, qualified in functions]
+                    raws.append(raw if all(a is b for a, b in zip(fns, (fn for fn, _ in functions)))
+                                else replace_array(raw, ["tools"], fns))
+                else:
+                    raws.append(deferred_text(raw) if name in hidden else raw)
+            return raws
+
+        return with_marked(body, catalog, deferred, search, mark)
 
     def native_search_tool(self, name: str, description: str) -> str:
         return jsonspan.dumps({"type": "tool_search", "execution": "client", "description": description,
