@@ -59,6 +59,12 @@ from tooldisco.state.base import (
 T = TypeVar("T")
 
 
+#: The share of a session's TTL that may go by before an unchanged turn refreshes it: a write
+#: per turn would take the store's write lock for nothing, and a session then expires at most
+#: this share early.
+REFRESH = 0.1
+
+
 class DiskSessionStore:
     """``SessionStore`` on diskcache: with a sliding TTL and periodic cleanup of expired entries.
 
@@ -100,25 +106,35 @@ class DiskSessionStore:
         return decode_state(self._call(lambda cache: cache.get(key), None))
 
     def update(self, key: str, change: Callable[[SessionState], T]) -> T:
-        """Read, change and write one session in one transaction; ``change``'s result.
+        """Read, change and write one session atomically; ``change``'s result.
 
-        Keep ``change`` short: the whole store is locked for writes while it runs. A state
-        it leaves unchanged only has its TTL refreshed (a new session stays unwritten). The
-        store unusable (or its lock held past ``timeout``): ``change`` runs on a blank state,
-        kept nowhere, so the request is planned as a new session's."""
+        Most turns change nothing: the state is read outside any transaction, and only a
+        changed state, or a TTL refresh (due once ``REFRESH`` of the TTL went by since the
+        last one), takes the store's write lock. The write re-reads the entry in a
+        transaction and runs ``change`` again only when another flow wrote it in between, so
+        no update is lost. A new session left unchanged stays unwritten. The store unusable:
+        ``change`` runs on a blank state, kept nowhere, so the request is planned as a new
+        session's; its lock held past ``timeout``: the change is not kept."""
         self._maybe_cleanup()
         result: Any = _NONE
 
         def transaction(cache: diskcache.Cache) -> None:
             nonlocal result
+            data, expires = cache.get(key, expire_time=True)
+            before, state = decode_state(data), decode_state(data)
+            result = change(state)
+            if state == before and (data is None or (expires is not None and
+                                                     expires - time.time() > self._ttl * (1 - REFRESH))):
+                return
             with cache.transact():
-                data = cache.get(key)
-                before, state = decode_state(data), decode_state(data)
-                result = change(state)
-                if state == before:
-                    cache.touch(key, expire=self._ttl)
-                else:
+                now = cache.get(key)
+                if now != data:  # another flow of the session wrote in between: change what it left
+                    before, state = decode_state(now), decode_state(now)
+                    result = change(state)
+                if state != before:
                     cache.set(key, encode_state(state), expire=self._ttl)
+                elif now is not None:
+                    cache.touch(key, expire=self._ttl)
 
         self._call(transaction, None)
         return change(SessionState()) if result is _NONE else result

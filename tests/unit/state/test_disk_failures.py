@@ -103,10 +103,18 @@ def test_a_held_lock_costs_a_call_its_timeout_then_calls_skip_the_store(tmp_path
         began = time.monotonic()
         result: list[list[str]] = []
         # A fresh thread: diskcache opens a connection per thread, and its setup must not wait 60 s either.
+        # A turn that changes nothing only reads, which a writer elsewhere does not hold up.
         worker = threading.Thread(target=lambda: result.append(store.update("k", lambda s: list(s.expanded))))
         worker.start()
         worker.join(10)
-        assert result == [[]]  # planned without state
+        assert result == [["a"]] and not warnings(logs)
+        # A turn that changes the state waits for the lock at most the timeout; its change is dropped.
+        began = time.monotonic()
+        worker = threading.Thread(target=lambda: result.append(
+            store.update("k", lambda s: (s.expand(["c"]), list(s.expanded))[1])))
+        worker.start()
+        worker.join(10)
+        assert result[1] == ["a", "c"]  # planned on the state as read
         assert time.monotonic() - began < 2.0  # the timeout (0.2 s) and a generous margin, not diskcache's 60 s
         began = time.monotonic()
         assert store.update("k", lambda s: "skipped") == "skipped" and time.monotonic() - began < 0.1
