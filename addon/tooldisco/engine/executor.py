@@ -145,7 +145,8 @@ class FairExecutor:
                         del self._running[tenant]
                         if tenant not in self._waiting:
                             del self._served[tenant]  # nothing left: its next request is new work
-                    self._cond.notify()  # a job its cap held back may go now
+                    if self._waiting:  # a job its cap held back may go now (else waking a worker is waste)
+                        self._cond.notify()
 
     def stats(self) -> dict[str, int]:
         with self._cond:
