@@ -87,6 +87,18 @@ class _Chain:
                 self._found = _lookup()
             return self._found
 
+    def ready(self) -> ReadOnlyCredentials | None:
+        """The credentials as of now when freezing them needs no I/O (the chain was looked up,
+        and they are static or not yet due for a refresh), else None: a thread is then spared
+        for each signed request."""
+        found = self._found
+        if found is None:
+            return None
+        due = getattr(found, "refresh_needed", None)  # refreshable credentials (STS, instance metadata)
+        if due is not None and due():
+            return None
+        return found.get_frozen_credentials()
+
     def cache_clear(self) -> None:
         """Forget what was found, e.g. after the environment changed."""
         with self._lock:
@@ -113,6 +125,8 @@ async def credentials(timeout: float = CREDENTIALS_TIMEOUT) -> ReadOnlyCredentia
 
     A lookup that times out keeps running and is kept once it succeeds."""
     try:
+        if (ready := chain_credentials.ready()) is not None:
+            return ready
         return await asyncio.wait_for(asyncio.to_thread(frozen_credentials), timeout)
     except TimeoutError:
         log.warning("the AWS credential chain did not answer within %.1f s", timeout)

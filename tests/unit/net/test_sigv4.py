@@ -334,3 +334,25 @@ def test_a_slow_chain_times_out_and_is_kept_when_it_answers(monkeypatch):
         assert await sigv4.credentials() == PROXY
 
     asyncio.run(scenario())
+
+
+def test_credentials_found_before_are_frozen_without_a_thread_unless_due_for_a_refresh(monkeypatch):
+    """A signed request after the first takes no worker thread: static credentials, or refreshable
+    ones not yet due, freeze without I/O; refreshable ones due for a refresh go to a thread (the
+    refresh may ask the network)."""
+    use_env(monkeypatch)
+    assert asyncio.run(sigv4.credentials()) == PROXY  # the first lookup: in a thread
+    monkeypatch.setattr(asyncio, "to_thread", lambda *a, **k: pytest.fail("a thread for known credentials"))
+    assert asyncio.run(sigv4.credentials()) == PROXY
+
+    class Refreshable(Credentials):
+        due = False
+
+        def refresh_needed(self, refresh_in=None):
+            return self.due
+
+    found = Refreshable(AKID, SECRET, TOKEN)
+    monkeypatch.setattr(sigv4.chain_credentials, "_found", found)
+    assert sigv4.chain_credentials.ready() == PROXY
+    found.due = True
+    assert sigv4.chain_credentials.ready() is None

@@ -25,6 +25,7 @@ from tooldisco.apis.common import (
     History,
     AdapterDefaults,
     append_array,
+    catalog_at,
     decoded,
     load_request,
     named,
@@ -133,7 +134,12 @@ class ConverseAdapter(AdapterDefaults):
         return history.view(catalog, [forced] if isinstance(forced, str) else [], self.stream)  # toolChoice {tool:{name}}
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:
-        tools = place_structural(tool_spans(body, _TOOLS), raws)
+        catalog = catalog_at(body, _TOOLS)
+        original = catalog.raws if catalog is not None else tuple(tool_spans(body, _TOOLS))
+        # Most catalogs are toolSpecs alone: nothing of the client's to place (once per catalog).
+        structural = (catalog.derived("structural", lambda: not all(map(_is_spec, original))) if catalog is not None
+                      else not all(map(_is_spec, original)))
+        tools = place_structural(original, raws) if structural else list(raws)
         if jsonspan.find(body, ["toolConfig"]) is None:
             config = '{"tools":' + jsonspan.array_text(tools) + "}"
             return jsonspan.set_member(body, jsonspan.root(body), "toolConfig", config)
