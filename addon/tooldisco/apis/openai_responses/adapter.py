@@ -356,9 +356,11 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         except (ValueError, IndexError):
             return response
         fields = echoed_fields(body) if spans.keys() & ECHOED else {}
-        for span, raw in sorted(((spans[k], raw) for k, raw in fields.items() if k in spans), reverse=True):
-            response = jsonspan.replace(response, span, raw)  # the later span first: the earlier stays put
-        return response
+        pieces, at = [], 0
+        for (start, end), raw in sorted((spans[k], raw) for k, raw in fields.items() if k in spans):
+            pieces += [response[at:start], raw]  # one join: the catalog is copied once, not once per field
+            at = end
+        return "".join([*pieces, response[at:]]) if pieces else response
 
     def history_path(self, body: str) -> tuple[str, ...] | None:
         data = decoded(body)
