@@ -103,8 +103,9 @@ class Rewrite:
         if len(codings) > 1 or not set(codings) <= REENCODABLE:
             del request.headers["content-encoding"]  # codings mitmproxy cannot re-apply: sent plain
         request.content = prepared.body
-        request.headers = messages.headers(messages.signed(request.url, request.headers.items(multi=True),
-                                                           request.raw_content or b"", aws))
+        if aws is not None:  # signed by the client: signed again for the new body
+            request.headers = messages.headers(messages.signed(request.url, request.headers.items(multi=True),
+                                                               request.raw_content or b"", aws))
         if prepared.context is None:
             return
         # Live flows are routed by ``LiveRouter`` at the end of the chain, where the URL is final.

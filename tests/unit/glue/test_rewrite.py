@@ -5,9 +5,9 @@ import json
 
 import brotli
 from mitmproxy.test import taddons
-from tooldisco.glue import messages, metadata
+from tooldisco.glue import metadata
 
-from tests.unit.glue.chain import Chain, flow, relevance_config
+from tests.unit.glue.chain import Chain, flow, relevance_config, tool_search_config
 
 
 async def test_request_hook_filters_processed_hosts_only(tmp_path):
@@ -74,8 +74,9 @@ async def test_compressed_bodies_are_decoded_within_the_cap(tmp_path, caplog):
 async def test_a_bug_in_the_rewrite_leaves_the_request_as_sent(tmp_path, monkeypatch, caplog):
     chain = Chain()
     with taddons.context(*chain.addons) as tctx:
-        tctx.configure(chain.options, tool_discovery_config=relevance_config(tmp_path))
-        monkeypatch.setattr(messages, "signed", lambda *a: 1 / 0)
+        tctx.configure(chain.options, tool_discovery_config=tool_search_config(tmp_path))
+        # A failure after the body was changed: when the flow is held for the loop.
+        monkeypatch.setattr(metadata, "Held", lambda *a, **k: 1 / 0)
         f = flow()
         before = (f.request.raw_content, f.request.headers.copy())
         chain.requestheaders(f)
