@@ -66,6 +66,41 @@ class SSEDecoder:
         """Handle every complete line in the buffer. A CR at the very end waits for the
         next byte (it may be half of a CRLF), so the result never depends on chunking."""
         buffer = self._buffer
+        start = self._scanned  # the buffer holds no line end before it: only new bytes are looked at
+        # Why two paths: a stream's lines all end alike (LF, or CRLF as Gemini's do), and then
+        # one C-level split finds them; per-line regex work is left to streams that mix
+        # line ends or use lone CRs (which the spec allows), and to a CR that may be half a CRLF.
+        crs = buffer.count(b"\r", start)
+        if not crs:
+            sep = b"\n"
+        elif crs == buffer.count(b"\r\n", start) == buffer.count(b"\n", start):
+            sep = b"\r\n"
+        else:
+            return self._lines_mixed(final)
+        end = buffer.rfind(sep, start)
+        if end < 0:
+            self._scanned = max(len(buffer) - 1, 0)  # a trailing CR is looked at again
+            return []
+        events: list[SSEEvent] = []
+        step = len(sep)
+        pos = taken = 0  # the next line's start; the end of what ``_raw`` holds of this buffer
+        for line in bytes(buffer[:end]).split(sep):
+            after = pos + len(line) + step
+            if line:
+                self._field(line)
+            elif self._pending:  # a blank line ends the event: its raw bytes run to here
+                self._raw += buffer[taken:after]
+                taken = after
+                events.append(self._dispatch())  # type: ignore[arg-type]  # pending: never None
+            pos = after
+        self._raw += buffer[taken:pos]
+        del buffer[:pos]
+        self._scanned = max(len(buffer) - 1, 0)
+        return events
+
+    def _lines_mixed(self, final: bool) -> list[SSEEvent]:
+        """``_lines`` for a buffer whose lines do not all end alike: one line at a time."""
+        buffer = self._buffer
         events: list[SSEEvent] = []
         pos = 0
         search_from = self._scanned  # a long line arriving in pieces is not rescanned
@@ -97,27 +132,32 @@ class SSEDecoder:
     def _line(self, line: bytes) -> SSEEvent | None:
         if not line:
             return self._dispatch()
-        if line.startswith(b":"):
-            return None
-        text = line.decode("utf-8", errors="replace")
-        name, _, value = text.partition(":")
-        value = value.removeprefix(" ")
-        if name == "event":
-            self._event = value
-        elif name == "data":
-            self._data.append(value)
-        elif name == "id":
-            if "\0" in value:
-                return None
-            self._last_id = value
-        elif name == "retry":
-            if not value.isdigit():
-                return None
+        self._field(line)
+        return None
+
+    def _field(self, line: bytes) -> None:
+        """One non-blank line. Split before decoding: a colon is one byte in UTF-8 and never
+        part of a multi-byte character, so the name and value are those of the decoded line."""
+        name, _, value = line.partition(b":")
+        if not name:
+            return  # a comment
+        if value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._data.append(value.decode("utf-8", errors="replace"))
+        elif name == b"event":
+            self._event = value.decode("utf-8", errors="replace")
+        elif name == b"id":
+            if b"\0" in value:
+                return
+            self._last_id = value.decode("utf-8", errors="replace")
+        elif name == b"retry":
+            if not value.isdigit():  # bytes: ASCII digits only, as the spec says
+                return
             self._retry = int(value)
         else:
-            return None  # unknown field: ignored, as the spec says
+            return  # unknown field: ignored, as the spec says
         self._pending = True
-        return None
 
     def _dispatch(self) -> SSEEvent | None:
         if not self._pending:

@@ -109,3 +109,94 @@ def test_a_one_line_payload_is_framed_without_a_regex_pass(monkeypatch):
     assert calls == []
     assert sse_mod.encode_event('{"a":\r\n1}') == b'data: {"a":\ndata: 1}\n\n'
     assert len(calls) == 1
+
+
+def _reference(body: bytes) -> list[SSEEvent]:
+    """The spec's rules written out plainly over a whole body, one line at a time: what the
+    decoder must give for any chunking. Raw bytes run from the end of the last event."""
+    import re
+
+    events: list[SSEEvent] = []
+    pending, event, data, last_id, retry, raw_from = False, None, [], None, None, 0
+    pos = 0
+    pieces = [(m.start(), m.end()) for m in re.finditer(rb"\r\n|\r|\n", body)]
+    lines = []
+    for start, end in pieces:
+        lines.append((body[pos:start], end))
+        pos = end
+    if pos < len(body):
+        lines.append((body[pos:], len(body)))
+    for line, end in lines:
+        if not line:
+            if pending:
+                events.append(SSEEvent("\n".join(data), event, last_id, retry, body[raw_from:end]))
+                pending, event, data, retry, raw_from = False, None, [], None, end
+            continue
+        text = line.decode("utf-8", "replace")
+        if text.startswith(":"):
+            continue
+        name, _, value = text.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id" and "\0" not in value:
+            last_id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            retry = int(value)
+        else:
+            continue
+        pending = True
+    if pending:
+        events.append(SSEEvent("\n".join(data), event, last_id, retry, body[raw_from:]))
+    return events
+
+
+def _random_stream(rng, line_ends: list[bytes]) -> bytes:
+    """Events of one to three fields and comments, extra blank lines between them, each
+    line ended by a choice from ``line_ends``; sometimes a last event with no blank line."""
+    out = bytearray()
+    for _ in range(rng.randint(1, 6)):
+        for _ in range(rng.randint(0, 1)):
+            out += b": keep-alive" + rng.choice(line_ends)
+        for _ in range(rng.randint(1, 3)):
+            out += rng.choice([b"data: {\"a\": \"caf\xc3\xa9\"}", b"data:x", b"data", b"event: ping",
+                               b"id: 7", b"retry: 12", b"retry: x", b"other: y"]) + rng.choice(line_ends)
+        out += rng.choice(line_ends) * rng.randint(1, 2)
+    if rng.random() < 0.3:
+        out += b"data: tail"
+        if rng.random() < 0.5:
+            out += rng.choice(line_ends)
+    return bytes(out)
+
+
+def test_streams_of_every_line_end_match_the_spec_in_any_chunking() -> None:
+    """LF-only and CRLF-only streams take the decoder's split-at-once path, mixed and
+    lone-CR ones its line-by-line path, and a chunk may switch between them mid-stream:
+    every chunking gives the spec's events, their raw bytes the stream's, in order."""
+    import random
+
+    rng = random.Random(11)
+    for line_ends in ([b"\n"], [b"\r\n"], [b"\r"], [b"\n", b"\r\n"], [b"\r", b"\n", b"\r\n"]):
+        for _ in range(30):
+            body = _random_stream(rng, line_ends)
+            expected = _reference(body)
+            assert decode(SSEDecoder, [body])[1] == expected, body
+            for chunks in random_chunkings(body, count=4, seed=rng.randint(0, 1000)):
+                events = decode(SSEDecoder, chunks)[1]
+                assert events == expected, chunks
+                assert body.startswith(b"".join(e.raw for e in events))  # what follows the last is no event
+
+
+def test_crlf_stream_split_inside_its_line_ends() -> None:
+    body = b"event: a\r\ndata: 1\r\n\r\n: note\r\ndata: 2\r\ndata: 3\r\n\r\ndata: end"
+    expected = _reference(body)
+    assert [e.data for e in expected] == ["1", "2\n3", "end"]
+    for chunks in every_split(body):
+        assert decode(SSEDecoder, chunks)[1] == expected, chunks
+
+
+def test_non_ascii_digits_are_no_retry() -> None:
+    _, events = decode(SSEDecoder, [b"retry: \xc2\xb2\ndata: x\n\n"])
+    assert summary(events) == [(None, "x", None, None)]
