@@ -77,6 +77,9 @@ class UpstreamClient:
             trust_env=False,  # mitmproxy's options decide, not the proxy process's environment
             skip_auto_headers=_NOT_OURS,
             auto_decompress=True,
+            # One session serves every agent: a cookie one answer sets must never ride on another's
+            # request; the agent's own Cookie header goes as it sent it (no jar to look up, either).
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         self._proxy = options.proxy
         self._proxy_auth = aiohttp.BasicAuth(*options.proxy_auth) if options.proxy_auth else None

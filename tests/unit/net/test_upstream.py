@@ -188,3 +188,33 @@ async def test_only_the_agents_headers_go_upstream(serve):
     assert not {"user-agent", "accept", "content-type", "connection"} & set(names)
     assert "accept-encoding: identity" in [line.lower() for line in lines]
     await client.retire()
+
+
+async def test_a_cookie_the_upstream_sets_is_never_sent_by_the_proxy(serve):
+    """The client is shared by every agent behind the proxy: a ``Set-Cookie`` one answer
+    carries must not ride on the next request (another agent's, perhaps another tenant's).
+    Only a cookie the agent itself sends goes upstream."""
+    heads: list[bytes] = []
+
+    class SettingCookies(Server):
+        async def handle(self, reader, writer):
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                heads.append(head)
+                await reader.readexactly(2)
+                writer.write(b"HTTP/1.1 200 OK\r\nset-cookie: __cf_bm=abc; Path=/; HttpOnly\r\n"
+                             b"content-length: 2\r\n\r\n{}")
+                await writer.drain()
+            writer.close()
+
+    url = (await serve(SettingCookies())).replace("127.0.0.1", "localhost")  # a name: jars keep no IP's cookies
+    client = UpstreamClient(UpstreamOptions())
+    for sent in ([("x-api-key", "k")], [("x-api-key", "k")], [("cookie", "mine=1")]):
+        answer = await client.open(url, sent, b"{}")
+        assert await answer.read() == b"{}"
+    cookies = [[line for line in head.decode().split("\r\n") if line.lower().startswith("cookie:")] for head in heads]
+    assert cookies == [[], [], ["cookie: mine=1"]]
+    await client.retire()
