@@ -70,7 +70,8 @@ class Live:
         meta = metadata.of(flow)
         if meta is not None and meta.relayed_to is not None:
             Live._restore_request(flow, meta)
-            flow.request.url, meta.relayed_to = meta.relayed_to, None
+            (scheme, host, port), meta.relayed_to = meta.relayed_to, None
+            _set_address(flow.request, scheme, host, port)
             flow.request.headers.pop(relay_mod.HEADER, None)
 
     @staticmethod
@@ -126,13 +127,21 @@ class LiveRouter:
         # The body is handed to the relay in the process: the hop to it carries none, so the
         # request (a whole catalog) is not written to and read back from a loopback socket.
         token = self._relay.register(serve, body=raw) if raw is not None else self._relay.register(serve)
-        meta.relayed_to = url
+        meta.relayed_to = (flow.request.scheme, flow.request.host, flow.request.port)
         if flow.server_conn.via is not None:  # upstream mode: the relay is reached directly, it uses the proxy
             flow.server_conn = connection.Server(address=("127.0.0.1", port))
-        flow.request.scheme, flow.request.host, flow.request.port = "http", "127.0.0.1", port
+        _set_address(flow.request, "http", "127.0.0.1", port)
         if raw is not None:
             meta.relayed_request = (raw, flow.request.headers.copy())
             flow.request.headers.pop("transfer-encoding", None)
             flow.request.headers["content-length"] = "0"
             flow.request.raw_content = b""
         flow.request.headers[relay_mod.HEADER] = token
+
+
+def _set_address(request: http.Request, scheme: str, host: str, port: int) -> None:
+    """Where ``request`` goes, its Host header (and HTTP/2 authority) following, as mitmproxy's
+    own setters do it; the port first, so the header is worked out once, not per attribute."""
+    request.scheme = scheme
+    request.data.port = port
+    request.host = host

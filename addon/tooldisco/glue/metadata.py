@@ -33,7 +33,8 @@ class Held:
 class FlowMeta:
     host: str  # the host the client asked for: map_remote rewrites it in the request hook
     held: Held | None = None  # until the router (live) or the response hook (buffered) takes it
-    relayed_to: str | None = None  # a relayed flow went to the loopback relay; this is where it really went
+    # A relayed flow went to the loopback relay; the (scheme, host, port) it really went to.
+    relayed_to: tuple[str, str, int] | None = None
     # A relayed flow's body and headers as they would have gone: the relay got the body in the
     # process, the hop to it carried none. Put back once the relay answered.
     relayed_request: tuple[bytes, http.Headers] | None = None

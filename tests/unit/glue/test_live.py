@@ -42,9 +42,11 @@ async def test_a_streamed_tool_search_flow_is_routed_to_the_relay(tmp_path):
         await chain.request(f)
         assert f.request.pretty_host == "api.anthropic.com"  # routed only once every request hook ran
         assert metadata.of(f).live is not None
-        f.request.host = "mapped.example"  # e.g. map_remote, which runs after scripts
+        f.request.url = "http://mapped.example:8080/v1/messages"  # e.g. map_remote, which runs after scripts
+        f.request.authority = f.request.headers["host"] = "mapped.example:8080"  # HTTP/2's, HTTP/1's
         await chain.live.router.request(f)
         assert (f.request.host, f.request.port, f.request.scheme) == ("127.0.0.1", chain.live.relay.port, "http")
+        assert f.request.headers["host"] == f.request.authority == f"127.0.0.1:{chain.live.relay.port}"
         assert len(f.request.headers["x-tooldisco-relay"]) == 32
         assert metadata.of(f).held is None
         f.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")])
@@ -52,6 +54,8 @@ async def test_a_streamed_tool_search_flow_is_routed_to_the_relay(tmp_path):
         assert f.response.stream is True
         await chain.response(f)  # mitmweb shows where the flow really went
         assert f.request.pretty_host == "mapped.example" and "x-tooldisco-relay" not in f.request.headers
+        assert f.request.url == "http://mapped.example:8080/v1/messages"
+        assert f.request.headers["host"] == f.request.authority == "mapped.example:8080"
         assert metadata.KEY not in f.metadata  # the record went with the flow
         await chain.live.relay.close()
 
