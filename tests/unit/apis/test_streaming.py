@@ -192,3 +192,17 @@ def test_fragments_past_the_limit_are_dropped_and_said():
         f.append(target, "text", p)
     f.flush()
     assert target["text"] == "abcdefgh" and f.cut and f.size == 12
+
+
+def test_copy_json_shares_nothing_mutable_with_its_source() -> None:
+    """The assemblers copy each upstream value before they fold into it: the event objects
+    the stitchers pass on (and compare by identity) must never change under them."""
+    from tooldisco.apis.streaming import copy_json
+
+    source = {"a": [1, {"b": "x", "c": [True, None, 2.5]}], "d": {"e": {}}, "t": (1, [2])}
+    copied = copy_json(source)
+    assert copied == source
+    copied["a"][1]["c"].append(3)
+    copied["d"]["e"]["f"] = 1
+    copied["t"][1].append(3)  # not JSON (a tuple): deep-copied all the same
+    assert source == {"a": [1, {"b": "x", "c": [True, None, 2.5]}], "d": {"e": {}}, "t": (1, [2])}

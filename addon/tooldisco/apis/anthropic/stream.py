@@ -11,10 +11,9 @@ The assembler works on parsed event objects, so Bedrock's InvokeModel stream
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from tooldisco.apis.streaming import Assembler, SSEStreamDecoder, as_dict, dumps, parse_arguments
+from tooldisco.apis.streaming import Assembler, SSEStreamDecoder, as_dict, copy_json, dumps, parse_arguments
 from tooldisco.apis.framing.sse import encode_event
 
 # message_delta.delta keys the SDK copies even when null; other null keys keep the earlier value.
@@ -60,7 +59,7 @@ class AnthropicAssembler(Assembler):
         return kind
 
     def _start(self, message: dict[str, Any]) -> None:
-        self._message = copy.deepcopy(message)
+        self._message = copy_json(message)
         if not isinstance(self._message.get("content"), list):
             self._message["content"] = []
         if not isinstance(self._message.get("usage"), dict):
@@ -78,7 +77,7 @@ class AnthropicAssembler(Assembler):
             return
         assert self._message is not None
         self._positions[index] = len(self._message["content"])
-        self._message["content"].append(copy.deepcopy(block))
+        self._message["content"].append(copy_json(block))
 
     def _block_delta(self, data: dict[str, Any]) -> None:
         index, delta = data.get("index"), data.get("delta")
@@ -97,12 +96,12 @@ class AnthropicAssembler(Assembler):
         elif kind == "citations_delta":
             if not isinstance(block.get("citations"), list):
                 block["citations"] = []
-            block["citations"].append(copy.deepcopy(delta.get("citation")))
+            block["citations"].append(copy_json(delta.get("citation")))
         else:
             # Snapshot-style deltas (e.g. compaction_delta) and future kinds: fields replace.
             for key, value in delta.items():
                 if key != "type":
-                    self.text.set(block, key, copy.deepcopy(value))
+                    self.text.set(block, key, copy_json(value))
 
     def _block_stop(self, index: Any) -> None:
         block = self._block(index)
@@ -114,20 +113,20 @@ class AnthropicAssembler(Assembler):
         assert self._message is not None
         for key, value in as_dict(data.get("delta")).items():
             if (value is not None or key in _DELTA_ALWAYS) and key not in _BUILT:
-                self._message[key] = copy.deepcopy(value)
+                self._message[key] = copy_json(value)
         for key, value in data.items():
             if key not in ("type", "delta", *_BUILT) and value is not None:
-                self._message[key] = copy.deepcopy(value)
+                self._message[key] = copy_json(value)
         # Usage here is cumulative: present counts overwrite, absent ones keep message_start's.
         usage = self._message["usage"]
         for key, value in as_dict(data.get("usage")).items():
             if value is not None:
-                usage[key] = copy.deepcopy(value)
+                usage[key] = copy_json(value)
 
     def _assemble(self) -> dict[str, Any] | None:
         if self._message is None:
             return None
-        message = copy.deepcopy(self._message)
+        message = copy_json(self._message)
         for index, text in self._json.items():  # blocks the stream never closed
             message["content"][self._positions[index]]["input"] = parse_arguments(text)
         return message
@@ -166,32 +165,32 @@ def _block_events(index: int, block: dict[str, Any]) -> list[dict[str, Any]]:
     else:  # redacted_thinking, *_tool_result, unknown: the API sends them whole in the start
         start = block
     return [
-        {"type": "content_block_start", "index": index, "content_block": copy.deepcopy(start)},
-        *({"type": "content_block_delta", "index": index, "delta": copy.deepcopy(d)} for d in deltas),
+        {"type": "content_block_start", "index": index, "content_block": copy_json(start)},
+        *({"type": "content_block_delta", "index": index, "delta": copy_json(d)} for d in deltas),
         {"type": "content_block_stop", "index": index},
     ]
 
 
 def stream_events(message: dict[str, Any]) -> list[dict[str, Any]]:
     """The event objects that stream ``message`` (a non-streaming ``Message``), in order."""
-    start = copy.deepcopy(message)
+    start = copy_json(message)
     start["content"] = []
     late = _late_fields(message)
     start.update(dict.fromkeys(late))
-    usage = copy.deepcopy(message.get("usage") or {})
-    start["usage"] = copy.deepcopy(usage)
+    usage = copy_json(message.get("usage") or {})
+    start["usage"] = copy_json(usage)
     events: list[dict[str, Any]] = [
         {"type": "message_start", "message": start},
         {"type": "ping"},
     ]
     for index, block in enumerate(message.get("content") or []):
         events += _block_events(index, block)
-    delta = {key: copy.deepcopy(message.get(key)) for key in late}
+    delta = {key: copy_json(message.get(key)) for key in late}
     if message.get("container") is not None:
-        delta["container"] = copy.deepcopy(message["container"])
+        delta["container"] = copy_json(message["container"])
     message_delta: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": usage}
     if message.get("context_management") is not None:
-        message_delta["context_management"] = copy.deepcopy(message["context_management"])
+        message_delta["context_management"] = copy_json(message["context_management"])
     events += [message_delta, {"type": "message_stop"}]
     return events
 

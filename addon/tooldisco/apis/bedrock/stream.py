@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import json
 from typing import Any
 
@@ -26,6 +25,7 @@ from tooldisco.apis.streaming import (
     Assembler,
     Event,
     as_dict,
+    copy_json,
     dumps,
     loads_or_text,
     merge_delta,
@@ -63,13 +63,13 @@ class ConverseStreamAssembler(Assembler):
         elif kind == "contentBlockStart":
             block = self._block(data.get("contentBlockIndex"))
             for key, value in as_dict(data.get("start")).items():
-                block[key] = copy.deepcopy(value)
+                block[key] = copy_json(value)
                 if key == "toolResult" and isinstance(value, dict):
                     block[key].setdefault("content", [])
         elif kind == "contentBlockDelta":
             self._delta(self._block(data.get("contentBlockIndex")), as_dict(data.get("delta")))
         elif kind in ("messageStop", "metadata"):
-            self._top.update(copy.deepcopy(data))
+            self._top.update(copy_json(data))
             self.done = self.done or kind == "metadata"  # metadata is the last event
         return kind
 
@@ -92,22 +92,22 @@ class ConverseStreamAssembler(Assembler):
                     new = value["redactedContent"]
                     reasoning["redactedContent"] = _concat_base64(old, new) if old else new
             elif key == "toolResult" and isinstance(value, list):
-                _member(_member(block, "toolResult", dict), "content", list).extend(copy.deepcopy(value))
+                _member(_member(block, "toolResult", dict), "content", list).extend(copy_json(value))
             elif key == "citation":
                 cited = _member(block, "citationsContent", dict)
                 cited.setdefault("content", [])  # the cited text, filled in by _final_block
-                _member(cited, "citations", list).append(copy.deepcopy(value))
+                _member(cited, "citations", list).append(copy_json(value))
             else:  # text, toolUse.input (a JSON text in pieces), image.source
                 merge_delta(block, {key: value}, self.text)
 
     def _assemble(self) -> dict[str, Any] | None:
         if self._message is None:
             return None
-        message = copy.deepcopy(self._message)
+        message = copy_json(self._message)
         message["content"] = [_final_block(self._blocks[i]) for i in sorted(self._blocks)]
         response: dict[str, Any] = {"output": {"message": message}}
         response["stopReason"] = self._top.get("stopReason")
-        response.update(copy.deepcopy(self._top))
+        response.update(copy_json(self._top))
         return response
 
 
@@ -123,7 +123,7 @@ def _member(parent: dict[str, Any], key: str, kind: type[dict[str, Any]] | type[
 def _final_block(block: dict[str, Any]) -> dict[str, Any]:
     """A streamed block in the Converse response shape: tool input parsed, cited text
     wrapped in ``citationsContent``."""
-    block = copy.deepcopy(block)
+    block = copy_json(block)
     tool = block.get("toolUse")
     if isinstance(tool, dict):
         tool["input"] = parse_arguments(tool["input"]) if isinstance(tool.get("input"), str) else tool.get("input", {})
@@ -270,7 +270,7 @@ def converse_events(response: dict[str, Any]) -> list[tuple[str, dict[str, Any]]
         stop["additionalModelResponseFields"] = response["additionalModelResponseFields"]
     events.append(("messageStop", stop))
     events.append(("metadata", {k: response[k] for k in _METADATA_FIELDS if k in response}))
-    return copy.deepcopy(events)
+    return copy_json(events)
 
 
 def encode_converse(response: dict[str, Any]) -> bytes:

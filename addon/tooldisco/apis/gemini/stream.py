@@ -15,11 +15,10 @@ are taken from the last chunk that has them. Mid-stream errors are
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
-from tooldisco.apis.streaming import AssembledDecoder, Assembler, Event, Fragments, as_list, dumps, loads_or_text
+from tooldisco.apis.streaming import AssembledDecoder, Assembler, Event, Fragments, as_list, copy_json, dumps, loads_or_text
 from tooldisco.apis.framing.sse import SSEDecoder, encode_event
 
 _TEXT_KEYS = frozenset({"text", "thought", "thoughtSignature"})
@@ -49,7 +48,7 @@ def _merge_part(parts: list[dict[str, Any]], part: Any, text: Fragments) -> None
         if "thoughtSignature" in part:
             last["thoughtSignature"] = part["thoughtSignature"]
         return
-    parts.append(copy.deepcopy(part))
+    parts.append(copy_json(part))
 
 
 def fold_parts(parts: list[Any]) -> list[dict[str, Any]]:
@@ -86,7 +85,7 @@ class GeminiAssembler(Assembler):
                     if isinstance(candidate, dict):
                         self._candidate(position, candidate)
             else:
-                self._top[key] = copy.deepcopy(value)
+                self._top[key] = copy_json(value)
         if any(c.get("finishReason") for c in self._candidates.values()):
             self.done = True
         return "chunk"
@@ -96,7 +95,7 @@ class GeminiAssembler(Assembler):
         state = self._candidates.setdefault(index if isinstance(index, int) else position, {})
         for key, value in candidate.items():
             if key != "content" or not isinstance(value, dict):
-                state[key] = copy.deepcopy(value)
+                state[key] = copy_json(value)
                 continue
             content = state.get("content")
             if not isinstance(content, dict):  # absent, or an earlier chunk's was not an object
@@ -105,14 +104,14 @@ class GeminiAssembler(Assembler):
                 content["parts"] = []
             for part in as_list(value.get("parts")):
                 _merge_part(content["parts"], part, self.text)
-            content.update({k: copy.deepcopy(v) for k, v in value.items() if k != "parts"})
+            content.update({k: copy_json(v) for k, v in value.items() if k != "parts"})
 
     def _assemble(self) -> dict[str, Any] | None:
         if self._top is None:
             return None
-        response = copy.deepcopy(self._top)
+        response = copy_json(self._top)
         if "candidates" in response:  # a blocked prompt's answer has promptFeedback and no candidates
-            response["candidates"] = [copy.deepcopy(self._candidates[i]) for i in sorted(self._candidates)]
+            response["candidates"] = [copy_json(self._candidates[i]) for i in sorted(self._candidates)]
         return response
 
 
@@ -230,25 +229,25 @@ class GeminiStreamDecoder(AssembledDecoder):
 def chunks(response: dict[str, Any]) -> list[dict[str, Any]]:
     """The chunks that stream ``response``: one part per chunk; each candidate's last
     chunk carries its other fields (finishReason...), the very last chunk the usage."""
-    top = {k: copy.deepcopy(v) for k, v in response.items() if k not in ("candidates", "usageMetadata")}
+    top = {k: copy_json(v) for k, v in response.items() if k not in ("candidates", "usageMetadata")}
     out: list[dict[str, Any]] = []
     for candidate in response.get("candidates") or []:
         content = candidate.get("content") or {}
         extras = {k: v for k, v in content.items() if k != "parts"}
         parts = content.get("parts") or []
-        fields = {k: copy.deepcopy(v) for k, v in candidate.items() if k not in ("content", "index")}
+        fields = {k: copy_json(v) for k, v in candidate.items() if k not in ("content", "index")}
         index = {"index": candidate["index"]} if "index" in candidate else {}
         pieces: list[dict[str, Any]] = [
-            {"content": {"parts": [copy.deepcopy(part)], **copy.deepcopy(extras)}, **index} for part in parts
+            {"content": {"parts": [copy_json(part)], **copy_json(extras)}, **index} for part in parts
         ]
         if not pieces:
-            pieces = [{**({"content": copy.deepcopy(content)} if "content" in candidate else {}), **index}]
+            pieces = [{**({"content": copy_json(content)} if "content" in candidate else {}), **index}]
         pieces[-1].update(fields)
-        out += [{"candidates": [piece], **copy.deepcopy(top)} for piece in pieces]
+        out += [{"candidates": [piece], **copy_json(top)} for piece in pieces]
     if not out:
         out.append({**({"candidates": []} if "candidates" in response else {}), **top})
     if "usageMetadata" in response:
-        out[-1]["usageMetadata"] = copy.deepcopy(response["usageMetadata"])
+        out[-1]["usageMetadata"] = copy_json(response["usageMetadata"])
     return out
 
 
