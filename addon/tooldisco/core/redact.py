@@ -135,6 +135,9 @@ def redact_header(name: str, value: str) -> str:
     return MASK if name.lower() in CREDENTIAL_HEADERS else redact(value)
 
 
+_DONE = "tooldisco_redacted"  # set on a record once its message and traceback are redacted
+
+
 class RedactingFilter(logging.Filter):
     """Redacts a record's message, arguments, traceback and stack before any handler formats it.
 
@@ -143,6 +146,8 @@ class RedactingFilter(logging.Filter):
     not see records propagated from child loggers."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, _DONE, False):  # one record goes to every handler: redacted by the first
+            return True
         try:
             message = record.getMessage()
         except Exception:  # a bad format string: keep what there is, redacted, for the handler to print
@@ -154,6 +159,7 @@ class RedactingFilter(logging.Filter):
             record.exc_text = redact(record.exc_text)
         if record.stack_info:
             record.stack_info = redact(record.stack_info)
+        setattr(record, _DONE, True)
         return True
 
 

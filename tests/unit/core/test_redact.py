@@ -167,6 +167,26 @@ def test_install_covers_every_handler_once_and_records_from_child_loggers():
         parent.handlers = []
 
 
+def test_a_record_is_redacted_once_however_many_handlers_print_it(monkeypatch):
+    """Every handler of mitmproxy's root logger carries the filter: the first redacts the
+    record, the others print it as it is, redacted, without scanning it again."""
+    from tooldisco.core import redact as redact_mod
+
+    calls: list[str] = []
+    monkeypatch.setattr(redact_mod, "redact", lambda text: calls.append(text) or redact(text))
+    parent = logging.getLogger("test_redact_once")
+    streams = [io.StringIO() for _ in range(3)]
+    parent.handlers = [logging.StreamHandler(s) for s in streams]
+    parent.propagate = False
+    try:
+        install(parent)
+        parent.warning("GET %s", GEMINI_URL)
+        assert len(calls) == 1
+        assert all(clean(s.getvalue()) and f"key={MASK}" in s.getvalue() for s in streams)
+    finally:
+        parent.handlers = []
+
+
 @pytest.mark.parametrize("styled", [False, True], ids=["plain", "coloured"])
 @pytest.mark.parametrize("detail", [1, 2, 3, 4])
 def test_mitmdumps_flow_listing_prints_no_credential(styled, detail):
