@@ -19,7 +19,10 @@ async def read_response(reader: asyncio.StreamReader) -> bytes:
         return head
     body = b""
     while not body.endswith(b"0\r\n\r\n"):
-        body += await reader.read(65536)
+        chunk = await reader.read(65536)
+        if not chunk:  # closed early: what came is the answer
+            break
+        body += chunk
     return head + body
 
 
@@ -212,3 +215,49 @@ async def test_a_body_handed_over_is_served_and_one_the_request_brings_is_refuse
     assert (await closed(reader)).startswith(b"HTTP/1.1 413")
     writer.close()
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("connection", ["keep-alive", "close"])
+async def test_the_upstreams_headers_go_out_as_they_came_and_framing_is_the_relays(relay, connection):
+    """Every header the upstream sent, in order, repeats and raw (obs-text) bytes included, as
+    ``UpstreamClient`` hands them over (latin-1); its framing and hop headers are replaced by the
+    relay's own. A request that asks to close gets its answer framed and the connection closed."""
+    upstream = [("Content-Type", "text/event-stream"), ("x-note", "caf\xe9"), ("set-cookie", "a=1"),
+                ("set-cookie", "b=2"), ("Transfer-Encoding", "chunked"), ("keep-alive", "timeout=5"),
+                ("x-empty", "")]
+
+    async def serve(headers, body):
+        yield Head(200, upstream)
+        yield b"data: one\n\n"
+
+    token = relay.register(serve)
+    reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+    writer.write(request(token).replace(b"\r\n\r\n", f"\r\nconnection: {connection}\r\n\r\n".encode(), 1))
+    answer = await asyncio.wait_for(read_response(reader), 10)
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 200 "
+    assert [line for line in lines[1:] if not line.lower().startswith((b"transfer-encoding", b"connection"))] == [
+        b"Content-Type: text/event-stream", b"x-note: caf\xe9", b"set-cookie: a=1", b"set-cookie: b=2", b"x-empty: "]
+    assert [line.lower() for line in lines[1:] if line.lower().startswith(b"transfer-encoding")] == [
+        b"transfer-encoding: chunked"]
+    assert (b"connection: close" in head.lower()) == (connection == "close")
+    assert body == b"b\r\ndata: one\n\n\r\n0\r\n\r\n"
+
+
+async def test_a_header_that_would_split_the_response_never_reaches_the_wire(relay):
+    """A value holding a line break, or a name that is no token, never becomes a header line
+    of its own: h11 refuses it and the connection closes with nothing sent (mitmproxy then
+    answers the client with its own error: never a success the upstream did not send)."""
+    for bad in [("x-bad", "a\r\nx-injected: 1"), ("x-injected: 1\r\nx-bad", "a"), ("x-injected: 1", "a")]:
+        async def serve(headers, body, bad=bad):
+            yield Head(200, [("content-type", "text/event-stream"), bad])
+            yield b"data: one\n\n"
+
+        token = relay.register(serve)
+        reader, writer = await asyncio.open_connection("127.0.0.1", relay.port)
+        writer.write(request(token))
+        sent = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert b"injected" not in sent and b"200" not in sent, bad
