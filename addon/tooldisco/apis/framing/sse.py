@@ -162,13 +162,7 @@ class SSEDecoder:
     def _dispatch(self) -> SSEEvent | None:
         if not self._pending:
             return None
-        event = SSEEvent(
-            data="\n".join(self._data),
-            event=self._event,
-            id=self._last_id,
-            retry=self._retry,
-            raw=bytes(self._raw),
-        )
+        event = SSEEvent("\n".join(self._data), self._event, self._last_id, self._retry, bytes(self._raw))
         self._event, self._data, self._retry, self._pending = None, [], None, False
         self._raw.clear()
         return event

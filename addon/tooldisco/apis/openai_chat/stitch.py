@@ -280,7 +280,7 @@ class ChatStitcher(Stitcher):
     # -- what the client sees --------------------------------------------------------------
     def _emit(self, event: Event, chunk: Any) -> None:
         self._show(None, chunk)
-        self._out += event.raw if chunk == event.data else encode_event(dumps(chunk))
+        self._out += event.raw if chunk is event.data or chunk == event.data else encode_event(dumps(chunk))
 
     def _message(self) -> dict[str, Any] | None:
         """The round's completion as the decoder assembles it (None before it started or
