@@ -515,7 +515,7 @@ def sum_usage(usages: Iterable[Any]) -> Any:
         if u is None:
             continue
         if total is None:
-            total = json.loads(json.dumps(u))
+            total = streams.copy_json(u)  # a value of the upstream's JSON: a tree to copy
             continue
         total = _add(total, u)
     return total
