@@ -12,10 +12,9 @@ error after the 200 is ``data: {"error": {...}}``. Deltas fold the way the SDK's
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from tooldisco.apis.streaming import Assembler, SSEStreamDecoder, as_list, dumps, merge_delta
+from tooldisco.apis.streaming import Assembler, SSEStreamDecoder, as_list, copy_json, dumps, merge_delta
 from tooldisco.apis.framing.sse import encode_event
 
 DONE = "[DONE]"
@@ -50,13 +49,13 @@ class ChatCompletionAssembler(Assembler):
 
     def _chunk(self, chunk: dict[str, Any]) -> None:
         if self._top is None:
-            self._top = {k: copy.deepcopy(v) for k, v in chunk.items() if k not in _CHUNK_ONLY}
+            self._top = {k: copy_json(v) for k, v in chunk.items() if k not in _CHUNK_ONLY}
         else:
             for key, value in chunk.items():
                 if key not in _CHUNK_ONLY and value is not None and value != "":
-                    self._top[key] = copy.deepcopy(value)
+                    self._top[key] = copy_json(value)
         if chunk.get("usage") is not None:
-            self._usage = copy.deepcopy(chunk["usage"])
+            self._usage = copy_json(chunk["usage"])
         for choice in as_list(chunk.get("choices")):
             if isinstance(choice, dict):
                 self._choice(choice)
@@ -75,24 +74,24 @@ class ChatCompletionAssembler(Assembler):
             acc = state["logprobs"] = state["logprobs"] or {}
             for key, value in logprobs.items():
                 if isinstance(value, list) and isinstance(acc.get(key), list):
-                    acc[key].extend(copy.deepcopy(value))
+                    acc[key].extend(copy_json(value))
                 elif isinstance(value, list) or key not in acc:
-                    acc[key] = copy.deepcopy(value)
+                    acc[key] = copy_json(value)
         for key, value in choice.items():
             if key not in ("index", "delta", "logprobs") and value is not None:
-                state[key] = copy.deepcopy(value)
+                state[key] = copy_json(value)
 
     def _assemble(self) -> dict[str, Any] | None:
         if self._top is None:
             return None
-        top = copy.deepcopy(self._top)
+        top = copy_json(self._top)
         completion: dict[str, Any] = {
             "id": top.pop("id", None),
             "object": "chat.completion",
             "created": top.pop("created", None),
             "model": top.pop("model", None),
             "choices": [_finish_choice(self._choices[i]) for i in sorted(self._choices)],
-            "usage": copy.deepcopy(self._usage),
+            "usage": copy_json(self._usage),
         }
         completion.update(top)
         completion.setdefault("system_fingerprint", None)
@@ -101,7 +100,7 @@ class ChatCompletionAssembler(Assembler):
 
 def _finish_choice(state: dict[str, Any]) -> dict[str, Any]:
     """One assembled choice in the non-streaming shape (tool calls lose their ``index``)."""
-    choice = copy.deepcopy(state)
+    choice = copy_json(state)
     message = choice["message"]
     for key in ("role", "content", "refusal"):
         message.setdefault(key, "assistant" if key == "role" else None)
@@ -135,7 +134,7 @@ def _choice_deltas(choice: dict[str, Any]) -> list[dict[str, Any]]:
     first: dict[str, Any] = {"role": message.get("role", "assistant"), "content": "" if content else content}
     first["refusal"] = None
     first.update(
-        {k: copy.deepcopy(v) for k, v in message.items() if k not in ("role", "content", "refusal", "tool_calls")}
+        {k: copy_json(v) for k, v in message.items() if k not in ("role", "content", "refusal", "tool_calls")}
     )
     deltas: list[dict[str, Any]] = [first]
     if content:
@@ -144,14 +143,14 @@ def _choice_deltas(choice: dict[str, Any]) -> list[dict[str, Any]]:
         deltas.append({"refusal": refusal})
     for position, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function") or {}
-        head = {k: copy.deepcopy(v) for k, v in call.items() if k != "function"}
+        head = {k: copy_json(v) for k, v in call.items() if k != "function"}
         head = {"index": position, **head, "function": {**function, "arguments": ""}}
         deltas.append({"tool_calls": [head]})
         if function.get("arguments"):
             deltas.append({"tool_calls": [{"index": position, "function": {"arguments": function["arguments"]}}]})
     objects = [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None} for delta in deltas]
     last = {"index": index, "delta": {}, "logprobs": None, "finish_reason": None}
-    last.update({k: copy.deepcopy(v) for k, v in choice.items() if k not in ("index", "message")})
+    last.update({k: copy_json(v) for k, v in choice.items() if k not in ("index", "message")})
     objects.append(last)
     return objects
 
@@ -165,15 +164,15 @@ def chunks(completion: dict[str, Any], include_usage: bool) -> list[dict[str, An
         "created": completion.get("created"),
         "model": completion.get("model"),
     }
-    top.update({k: copy.deepcopy(v) for k, v in completion.items() if k not in ("choices", "usage", *top)})
+    top.update({k: copy_json(v) for k, v in completion.items() if k not in ("choices", "usage", *top)})
     tail = {"usage": None} if include_usage else {}
     out = [
-        {**copy.deepcopy(top), "choices": [choice], **tail}
+        {**copy_json(top), "choices": [choice], **tail}
         for source in completion.get("choices") or []
         for choice in _choice_deltas(source)
     ]
     if include_usage:
-        out.append({**copy.deepcopy(top), "choices": [], "usage": copy.deepcopy(completion.get("usage"))})
+        out.append({**copy_json(top), "choices": [], "usage": copy_json(completion.get("usage"))})
     return out
 
 

@@ -15,11 +15,10 @@ SDK's ``ResponseStreamState`` does).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
-from tooldisco.apis.streaming import Assembler, SSEStreamDecoder, dumps
+from tooldisco.apis.streaming import Assembler, SSEStreamDecoder, copy_json, dumps
 from tooldisco.apis.framing.sse import encode_event
 
 _LIFECYCLE = ("response.created", "response.queued", "response.in_progress")
@@ -39,7 +38,7 @@ def _put(items: list[Any], index: Any, value: Any) -> None:
         return
     while len(items) <= index:
         items.append(None)
-    items[index] = copy.deepcopy(value)
+    items[index] = copy_json(value)
 
 
 class ResponsesAssembler(Assembler):
@@ -95,7 +94,7 @@ class ResponsesAssembler(Assembler):
     def _item(self, event: dict[str, Any]) -> None:
         index, item = event.get("output_index"), event.get("item")
         if isinstance(index, int) and isinstance(item, dict):
-            self._items[index] = copy.deepcopy(item)
+            self._items[index] = copy_json(item)
 
     def _target(self, event: dict[str, Any]) -> dict[str, Any] | None:
         index = event.get("output_index")
@@ -165,10 +164,9 @@ class ResponsesAssembler(Assembler):
             return None
         # The echoed request fields (``tools``: the whole catalog) are shared, not copied: no
         # reader changes them in place (``strip`` and ``merge`` copy the response's top level).
-        shared = {id(v): v for k, v in source.items() if k in _ECHOED and isinstance(v, (dict, list))}
-        response = copy.deepcopy(source, shared)
+        response = {k: v if k in _ECHOED else copy_json(v) for k, v in source.items()}
         if self._final is None or response.get("output") is None:
-            response["output"] = [copy.deepcopy(self._items[i]) for i in sorted(self._items)]
+            response["output"] = [copy_json(self._items[i]) for i in sorted(self._items)]
         return response
 
 
@@ -186,12 +184,12 @@ class _Events:
         self.events: list[dict[str, Any]] = []
 
     def add(self, kind: str, **fields: Any) -> None:
-        self.events.append({"type": kind, "sequence_number": len(self.events), **copy.deepcopy(fields)})
+        self.events.append({"type": kind, "sequence_number": len(self.events), **copy_json(fields)})
 
 
 def _in_progress(item: dict[str, Any], **emptied: Any) -> dict[str, Any]:
     """The item as ``output_item.added`` shows it: streamed fields empty, status in_progress."""
-    added = {**copy.deepcopy(item), **emptied}
+    added = {**copy_json(item), **emptied}
     if "status" in added:
         added["status"] = "in_progress"
     return added
@@ -273,7 +271,7 @@ def stream_events(response: dict[str, Any]) -> list[dict[str, Any]]:
     """The event objects that stream ``response``; ``output_index`` and ``sequence_number``
     are numbered afresh, so a response whose items were removed streams consistently."""
     out = _Events()
-    opening = {**copy.deepcopy(response), "status": "in_progress", "output": []}
+    opening = {**copy_json(response), "status": "in_progress", "output": []}
     if "usage" in opening:
         opening["usage"] = None
     out.add("response.created", response=opening)
