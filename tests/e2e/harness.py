@@ -42,7 +42,7 @@ WEB_COLUMNS = ("tls", "icon", "path", "method", "status", "size", "time", "comme
 #: Seconds to wait for mitmdump to listen; generous for loaded CI machines.
 STARTUP_TIMEOUT = float(os.environ.get("E2E_STARTUP_TIMEOUT", "120"))
 
-LISTEN_RE = re.compile(r"HTTP\(S\) proxy (?:\(\w+ mode\) )?listening at 127\.0\.0\.1:(\d+)\.")
+LISTEN_RE = re.compile(r"(?:HTTP\(S\) proxy (?:\(\w+ mode\) )?|reverse proxy to \S+ )listening at 127\.0\.0\.1:(\d+)\.")
 
 #: Real provider hosts (as regexes) that map-remote sends to the fake provider.
 PROVIDER_HOSTS: dict[str, str] = {
@@ -271,23 +271,30 @@ class MitmDump:
         that check has run: then the log and the process tell whether startup succeeded."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=self.startup_timeout) as sock:
-                sock.sendall(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\n\r\n")
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    chunk = sock.recv(4096)
-                    if not chunk:
-                        raise ConnectionError("proxy closed the connection during CONNECT")
-                    head += chunk
-                if head.startswith(b"HTTP/1.1 407"):  # a proxy that wants credentials is up
-                    return
-                if not head.startswith(b"HTTP/1.1 200"):
-                    raise ConnectionError(f"CONNECT answered {head[:100]!r}")
-                self.ssl_context().wrap_socket(sock, server_hostname="api.anthropic.com").close()
+                if any(arg.startswith("reverse:") for arg in self.extra_args):  # no CONNECT: a connection is all
+                    time.sleep(0.5)
+                else:
+                    self._connect(sock)
         except OSError as exc:
             raise RuntimeError(f"mitmdump is not usable ({exc!r}):\n{self.log_text(since=offset)}") from None
         log = self.log_text(since=offset)
         if "logged during startup" in log or not self.running:
             raise RuntimeError(f"mitmdump failed during startup:\n{log}")
+
+    def _connect(self, sock: socket.socket) -> None:
+        """A CONNECT and a TLS handshake through the proxy on ``sock``."""
+        sock.sendall(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise ConnectionError("proxy closed the connection during CONNECT")
+            head += chunk
+        if head.startswith(b"HTTP/1.1 407"):  # a proxy that wants credentials is up
+            return
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise ConnectionError(f"CONNECT answered {head[:100]!r}")
+        self.ssl_context().wrap_socket(sock, server_hostname="api.anthropic.com").close()
 
     def _wait_listening(self, offset: int) -> int:
         deadline = time.monotonic() + self.startup_timeout

@@ -27,6 +27,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anthropic
@@ -741,6 +742,31 @@ def test_responses_echo_the_clients_tools(px: MitmDump, fake: FakeProvider, stre
     objects = _responses_objects(r, stream)
     assert [(o["tools"], o["tool_choice"]) for o in objects] == [(R_TOOLS, choice)] * len(objects)
     assert_no_phantom(r.content, fake)
+
+
+def test_a_live_stream_goes_upstream_with_the_host_header_a_buffered_flow_gets(
+        fake: FakeProvider, tmp_path: Path) -> None:
+    """Reverse mode with keep_host_header sends the client's Host upstream; the relay sends a
+    stream upstream with that same Host, not one made from the URL: relayed or not, the
+    upstream sees the request head mitmproxy would have sent."""
+    fake.set_script([reply("Sunny.")])
+    proxy = MitmDump(tmp_path, fake.url, script=ADDON_PATH, config=tool_search_config("bm25"),
+                     extra_args=["--mode", f"reverse:{fake.url}", "--set", "keep_host_header=true"]).start()
+    hosts = []
+    try:
+        with httpx.Client(base_url=proxy.url, timeout=60, trust_env=False) as http:
+            for stream in (False, True):
+                body = {"model": "gpt-5", "input": fresh("What's the forecast for Paris?"), "tools": R_TOOLS,
+                        "stream": stream, "store": False}
+                r = http.post("/v1/responses", json=body,
+                              headers={"authorization": "Bearer sk-test", "host": "api.openai.com"})
+                assert r.status_code == 200, r.text
+                request = fake.api_requests()[-1]
+                assert SEARCH_TOOL in [t["name"] for t in request.json["tools"]]  # processed, both
+                hosts.append(request.header("host"))
+    finally:
+        proxy.stop()
+    assert hosts == ["api.openai.com", "api.openai.com"]
 
 
 # =================================================================================================

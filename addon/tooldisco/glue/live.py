@@ -112,11 +112,16 @@ class LiveRouter:
         """Send a live flow to the relay, which runs it (and every round after it) upstream."""
         runner = self._options.engine.runner(held.context)
         url, flow_id, watch = flow.request.url, flow.id, self._watch
+        # The Host mitmproxy would send upstream: the client's own where an option keeps it
+        # (reverse mode's keep_host_header), else the URL's authority.
+        host = flow.request.host_header
         client = self._upstream.client()
 
         async def serve(headers: list[tuple[str, str]], body: bytes) -> AsyncIterator[Head | bytes]:
-            # The Host mitmproxy sent names the relay; the real one comes from ``url``.
+            # The Host mitmproxy sent names the relay: the upstream gets the one it would have had.
             headers = [(k, v) for k, v in headers if k.lower() != "host"]
+            if host:
+                headers.insert(0, ("Host", host))
             first = watch.tee(flow_id, url, headers, body, time.time(),
                               await runner.timed(client.open(url, headers, body)))
             async for item in runner.live(first, self._upstream.opener(url, headers, held.aws, flow_id, client)):

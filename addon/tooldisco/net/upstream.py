@@ -28,8 +28,10 @@ from yarl import URL
 from tooldisco.core.answers import Answer, UpstreamFailed
 
 # Request headers that belong to one hop, or that the client sets itself from the body it sends.
+# Host is not one: the caller's goes upstream as mitmproxy would send it (the URL's authority, or
+# the client's own where reverse mode's keep_host_header keeps it); aiohttp makes one only if none.
 HOP_BY_HOP = frozenset(
-    {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection",
+    {"content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection",
      "proxy-authorization", "te", "trailer", "upgrade", "accept-encoding"}
 )
 # Headers aiohttp would add that the agent did not send: nothing goes upstream that it did not.
