@@ -71,7 +71,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from _bench import (MiB, Rss, listening_ports, mb, ms, parse_size, percentile, signed_mb,  # noqa: E402
                     start_addon, start_plain, table, workdir)
-from tests.e2e.harness import MitmDump  # noqa: E402
+from tests.e2e.harness import MitmDump, connect  # noqa: E402
 from tests.support.catalog import anthropic_tools  # noqa: E402
 
 SEARCH_TOOL = "gateway_search_tools"  # the shipped config's search_tool_name
@@ -447,13 +447,7 @@ def send(client: httpx.Client, data: bytes, hdrs: dict[str, str], *, stream: boo
 def tunnel(proxy: MitmDump, host: str = "api.anthropic.com") -> socket.socket:
     """A TLS connection to ``host`` through the proxy, as a client's CONNECT makes it."""
     sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=30)  # type: ignore[arg-type]
-    sock.sendall(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise ConnectionError("proxy closed the CONNECT")
-        head += chunk
+    connect(sock, host)
     return proxy.ssl_context().wrap_socket(sock, server_hostname=host)
 
 

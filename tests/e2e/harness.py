@@ -129,6 +129,18 @@ def map_remote_args(upstream: str) -> list[str]:
     return args
 
 
+def connect(sock: socket.socket, host: str) -> bytes:
+    """Send a CONNECT to ``host``:443 on ``sock`` (a connection to a proxy); its answer's head."""
+    sock.sendall(f"CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("proxy closed the connection during CONNECT")
+        head += chunk
+    return head
+
+
 class MitmDump:
     """One mitmdump process (restartable) with its confdir, CA, log file and config.
 
@@ -283,13 +295,7 @@ class MitmDump:
 
     def _connect(self, sock: socket.socket) -> None:
         """A CONNECT and a TLS handshake through the proxy on ``sock``."""
-        sock.sendall(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\n\r\n")
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = sock.recv(4096)
-            if not chunk:
-                raise ConnectionError("proxy closed the connection during CONNECT")
-            head += chunk
+        head = connect(sock, "api.anthropic.com")
         if head.startswith(b"HTTP/1.1 407"):  # a proxy that wants credentials is up
             return
         if not head.startswith(b"HTTP/1.1 200"):

@@ -484,13 +484,8 @@ def edit_elements(body: str, path: Sequence[str], edit: Callable[[str], str | No
     span = jsonspan.find(body, path)
     if span is None or body[span[0]] != "[":
         return body
-    pieces, at = [], 0
-    for a, b in jsonspan.elements(body, span):
-        new = edit(body[a:b])
-        if new is not None:
-            pieces += [body[at:a], new]
-            at = b
-    return "".join(pieces) + body[at:] if pieces else body
+    edits = (((a, b), edit(body[a:b])) for a, b in jsonspan.elements(body, span))
+    return jsonspan.replace_all(body, ((element, new) for element, new in edits if new is not None))
 
 
 def wrap_history(body: str, path: Sequence[str], names: Collection[str], dispatcher: str, marker: str,

@@ -13,7 +13,7 @@ import json
 import re
 import threading
 from contextlib import contextmanager
-from typing import Iterator, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 _DECODER = json.JSONDecoder()
 _WS = " \t\r\n"
@@ -338,6 +338,16 @@ def _last_members(text: str, i: int, end: int, key: str, known: Mapping[int, int
 
 def replace(text: str, span: Span, new: str) -> str:
     return text[: span[0]] + new + text[span[1] :]
+
+
+def replace_all(text: str, edits: Iterable[tuple[Span, str]]) -> str:
+    """``text`` with each span of ``edits`` (in order, none overlapping) replaced by its new
+    text, in one join: a body is copied once however many spans change, not once per span."""
+    pieces, at = [], 0
+    for (start, end), new in edits:
+        pieces += [text[at:start], new]
+        at = end
+    return "".join([*pieces, text[at:]]) if pieces else text
 
 
 def array_text(items: Sequence[str]) -> str:

@@ -194,3 +194,11 @@ def test_known_values_change_nothing_found(members, spaced):
         needle = json.dumps(key)
         assert jsonspan.outside(text, needle, known) == any(
             text.startswith(needle, i) and not any(a <= i < b for a, b in known.items()) for i in range(len(text)))
+
+
+def test_replace_all_splices_every_span_once_and_keeps_the_rest():
+    text = '{"a": [1, 2], "b": "x", "c": {}}'
+    a, b = text.index("[1, 2]"), text.index('"x"')
+    edits = [((a, a + len("[1, 2]")), "[]"), ((b, b + 3), '"yz"')]
+    assert jsonspan.replace_all(text, edits) == '{"a": [], "b": "yz", "c": {}}'
+    assert jsonspan.replace_all(text, []) is text  # nothing to change: the very text

@@ -356,11 +356,7 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         except (ValueError, IndexError):
             return response
         fields = echoed_fields(body) if spans.keys() & ECHOED else {}
-        pieces, at = [], 0
-        for (start, end), raw in sorted((spans[k], raw) for k, raw in fields.items() if k in spans):
-            pieces += [response[at:start], raw]  # one join: the catalog is copied once, not once per field
-            at = end
-        return "".join([*pieces, response[at:]]) if pieces else response
+        return jsonspan.replace_all(response, sorted((spans[k], raw) for k, raw in fields.items() if k in spans))
 
     def history_path(self, body: str) -> tuple[str, ...] | None:
         data = decoded(body)
