@@ -43,7 +43,10 @@ def _credentials(headers: Mapping[str, str], query: str) -> Iterator[tuple[str, 
             yield "key", value
     if value := headers.get("authorization", "").strip():
         yield _from_authorization(value)
-    params = parse_qs(query.removeprefix("?"))
+    query = query.removeprefix("?")
+    if not query:  # most requests: no parsing
+        return
+    params = parse_qs(query)
     for value in params.get("key", []):  # Gemini's ?key=
         yield "key", value
     for value in params.get("X-Amz-Credential", []):  # presigned SigV4: AKID/date/region/service/aws4_request

@@ -86,18 +86,26 @@ class FairExecutor:
 
     async def run(self, tenant: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker; ``Overloaded`` when it could not start within ``wait``
-        seconds. A job once started is awaited to its end (it may hold the session store)."""
+        seconds. A job once started is awaited to its end (it may hold the session store).
+        One timer, not ``wait_for`` over ``shield``: two futures and a timeout scope fewer per request."""
         future = self.submit(tenant, fn, *args)
-        wrapped = asyncio.wrap_future(future)
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = future.cancel()  # only a job that has not started can be
+
+        timer = asyncio.get_running_loop().call_later(self.wait, expire)
         try:
-            return await asyncio.wait_for(asyncio.shield(wrapped), self.wait)
-        except asyncio.TimeoutError:
-            if future.cancel():
-                raise Overloaded(f"not started within {self.wait:g} s") from None
-            return await wrapped
+            return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if expired and not (task is not None and task.cancelling()):
+                raise Overloaded(f"not started within {self.wait:g} s") from None
             future.cancel()  # the flow is gone: a job not started yet never runs
             raise
+        finally:
+            timer.cancel()
 
     def _next(self) -> _Job | None:
         """The oldest waiting job of the tenant running the fewest, among equals the one served

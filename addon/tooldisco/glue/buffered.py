@@ -88,6 +88,8 @@ async def while_client_waits(flow: http.HTTPFlow, work: Coroutine[Any, Any, T]) 
     wants no more data (mitmproxy's HTTP/1 layer ends the flow on it too). An HTTP/2 stream reset
     leaves the connection open and is not seen here."""
     task = asyncio.ensure_future(work)
+    if task.done():  # run eagerly to its end (an answer that needs no round): nothing to wait for
+        return task.result()
     try:
         while True:
             done, _ = await asyncio.wait([task], timeout=CLIENT_POLL_S)

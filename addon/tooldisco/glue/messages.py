@@ -45,5 +45,15 @@ def signed(url: str, headers: Iterable[tuple[str, str]], body: bytes,
     return list(result.headers)
 
 
+def by_name(headers: http.Headers) -> dict[str, str]:
+    """``headers`` by lower-case name, a repeated one's values joined with ", " as mitmproxy's
+    ``headers[name]`` gives them. One pass: ``headers.items()`` looks each name up again."""
+    out: dict[str, str] = {}
+    for k, v in headers.items(multi=True):
+        k = k.lower()
+        out[k] = f"{out[k]}, {v}" if k in out else v
+    return out
+
+
 def headers(pairs: Iterable[tuple[str, str]]) -> http.Headers:
     return http.Headers([(k.encode(), v.encode()) for k, v in pairs])

@@ -80,7 +80,7 @@ class Rewrite:
         body = await messages.decoded(request, engine.config.max_body_bytes, "tool discovery skipped")
         if not body:
             return
-        headers = {k.lower(): v for k, v in request.headers.items()}
+        headers = messages.by_name(request.headers)
         aws = None
         if sigv4.is_signed(request.url, request.headers.items(multi=True)):  # a changed body needs the client's signature re-made by us
             aws = await sigv4.credentials()

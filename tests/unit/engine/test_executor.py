@@ -89,6 +89,24 @@ async def test_a_job_not_started_within_wait_is_given_up_and_never_runs() -> Non
     assert gate.started == ["a0"]
 
 
+async def test_a_caller_that_goes_away_cancels_its_job_only_if_it_has_not_started() -> None:
+    pool = FairExecutor(workers=1, per_tenant=1, queue=5, wait=10)
+    gate = Gate()
+    running = asyncio.ensure_future(pool.run("a", gate.job, "a0"))
+    await asyncio.sleep(0.05)
+    queued = asyncio.ensure_future(pool.run("b", gate.job, "b0"))
+    await asyncio.sleep(0.05)
+    queued.cancel()
+    running.cancel()
+    for task in (queued, running):  # the caller's own cancellation, not ``Overloaded``
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    gate.release.set()
+    await asyncio.sleep(0.1)
+    assert gate.started == ["a0"]  # the started one ran on; the queued one never ran
+    assert await pool.run("c", lambda: "c0") == "c0"  # and the worker is free again
+
+
 async def test_results_and_errors_come_back_as_from_to_thread() -> None:
     pool = FairExecutor(workers=2)
 

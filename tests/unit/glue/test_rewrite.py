@@ -141,3 +141,13 @@ async def test_unlisted_host_warning_names_where_the_flow_goes(tmp_path, caplog)
         f.request.host = "upstream.example.com"  # map_remote, or reverse mode keeping the Host header
         await chain.request(f)
     assert "proxy.example.com (sent on to upstream.example.com) is not in hosts" in caplog.text
+
+
+def test_headers_by_name_join_a_repeated_name_as_mitmproxy_does() -> None:
+    from mitmproxy import http
+
+    from tooldisco.glue import messages
+
+    headers = http.Headers([(b"X-Tenant", b"a"), (b"Content-Type", b"application/json"), (b"x-tenant", b"b")])
+    assert messages.by_name(headers) == {k.lower(): v for k, v in headers.items()}
+    assert messages.by_name(headers) == {"x-tenant": "a, b", "content-type": "application/json"}
