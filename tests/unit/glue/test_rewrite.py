@@ -4,8 +4,9 @@ import gzip
 import json
 
 import brotli
+from mitmproxy import http
 from mitmproxy.test import taddons
-from tooldisco.glue import metadata
+from tooldisco.glue import messages, metadata
 
 from tests.unit.glue.chain import Chain, flow, relevance_config, tool_search_config
 
@@ -144,10 +145,6 @@ async def test_unlisted_host_warning_names_where_the_flow_goes(tmp_path, caplog)
 
 
 def test_headers_by_name_join_a_repeated_name_as_mitmproxy_does() -> None:
-    from mitmproxy import http
-
-    from tooldisco.glue import messages
-
     headers = http.Headers([(b"X-Tenant", b"a"), (b"Content-Type", b"application/json"), (b"x-tenant", b"b")])
     assert messages.by_name(headers) == {k.lower(): v for k, v in headers.items()}
     assert messages.by_name(headers) == {"x-tenant": "a, b", "content-type": "application/json"}
