@@ -9,6 +9,9 @@
    generating: a second send is a second bill); the client gets the API's retryable error.
 4. A model that searches every round: the last re-forward goes without the search tool, and
    the client gets a turn with content.
+5. A 400 to the rewritten request: one that names what the rewrite changed (the tools) gets
+   the client's own request sent once instead; any other (an unsupported ``max_tokens``)
+   reaches the upstream once and the client as the upstream sent it, byte for byte.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from tests.e2e.harness import TEST_KEYS, addon_config
 from tests.e2e.wire_apis import GEMINI, MODEL_ID, converse_tools, gemini_tools
 from tests.e2e.wire_apis import aws_chain  # noqa: F401 (a fixture: the proxy's AWS chain)
 from tests.fakeprovider import SEARCH_TOOL, reply, search
-from tests.fakeprovider.script import Rule
+from tests.fakeprovider.model import ApiError
+from tests.fakeprovider.providers.openai_chat import openai_error
+from tests.fakeprovider.script import Rule, fail
 from tests.support.catalog import anthropic_tools, openai_tools
 
 pytestmark = pytest.mark.e2e
@@ -188,3 +193,65 @@ def test_a_model_that_always_searches_answers_without_the_search_tool_at_the_lim
     assert [b.text for b in answer.content if b.type == "text"] == ["Here is what I found."]
     assert answer.stop_reason == "end_turn"
     assert json.dumps(answer.model_dump()).count(SEARCH_TOOL) == 0
+
+
+# --- 5. a 400 to the rewritten request ------------------------------------------------------------
+
+CHAT_URL = "https://api.openai.com/v1/chat/completions"
+MAX_TOKENS = "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."
+TOOL_NAME = "Invalid 'tools[3].function.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."
+
+
+def chat_request(stream: bool) -> bytes:
+    """The client's own bytes (what a resend must carry unchanged)."""
+    return json.dumps({"model": "gpt-x", "max_tokens": 256, "stream": stream, "tools": openai_tools(40),
+                       "messages": [{"role": "user", "content": fresh("What's the forecast for Paris?")}]}).encode()
+
+
+def post_chat(mitm, raw: bytes) -> httpx.Response:
+    with mitm.httpx_client() as client:
+        return client.post(CHAT_URL, content=raw, headers={
+            "authorization": f"Bearer {TEST_KEYS['OPENAI_API_KEY']}", "content-type": "application/json"})
+
+
+def chat_text(content: bytes, stream: bool) -> str:
+    if not stream:
+        return json.loads(content)["choices"][0]["message"]["content"]
+    events = [json.loads(line[6:]) for line in content.decode().splitlines()
+              if line.startswith("data: {")]
+    return "".join(c["delta"].get("content") or "" for e in events for c in e["choices"])
+
+
+def chat_records(mitm, where) -> int:
+    return sum(1 for r in mitm.records(at_least=0) if r.get("provider") == "openai_chat" and where(r))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_400_naming_nothing_the_rewrite_changed_reaches_the_upstream_once_and_the_client_as_sent(mitm, fake, stream):
+    passed = lambda r: r.get("outcome") == "upstream_400" and r.get("fallback_reason") is None  # noqa: E731
+    before = chat_records(mitm, passed)
+    fake.set_script([fail(400, MAX_TOKENS, param="max_tokens", nth=1), reply("Never reached.")])
+    raw = chat_request(stream)
+    response = post_chat(mitm, raw)
+    requests = fake.api_requests()
+    assert len(requests) == 1 and requests[0].status == 400  # the rewritten request, alone
+    assert requests[0].body != raw and SEARCH_TOOL.encode() in requests[0].body
+    # The fake's own bytes (``openai_error`` is what it sent), and its headers.
+    assert response.status_code == 400
+    assert response.content == openai_error(ApiError(400, MAX_TOKENS, param="max_tokens")).encode()
+    assert response.headers["content-type"] == "application/json" and response.headers["x-request-id"].startswith("req_")
+    mitm.records(where=lambda r: r.get("provider") == "openai_chat" and passed(r), at_least=before + 1)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_400_naming_the_tools_resends_the_clients_own_request_once(mitm, fake, stream):
+    resent = lambda r: r.get("fallback_reason") == "rewrite_400_original_sent"  # noqa: E731
+    before = chat_records(mitm, resent)
+    fake.set_script([fail(400, TOOL_NAME, param="tools[3].function.name", nth=1), reply("Sunny in Paris.")])
+    raw = chat_request(stream)
+    response = post_chat(mitm, raw)
+    requests = fake.api_requests()
+    assert [r.status for r in requests] == [400, 200]
+    assert requests[0].body != raw and requests[1].body == raw  # then the client's own bytes, once
+    assert response.status_code == 200 and chat_text(response.content, stream) == "Sunny in Paris."
+    mitm.records(where=lambda r: r.get("provider") == "openai_chat" and resent(r), at_least=before + 1)

@@ -69,6 +69,7 @@ class Fail:
     status: int = 500
     message: str = "scripted failure"
     kind: str | None = None
+    param: str | None = None  # the field the error names, where the API's error says it (OpenAI's ``param``)
 
 
 @dataclass
@@ -174,9 +175,10 @@ def search(query: str, *, text: str = "", **cond: Any) -> Rule:
     return call(SEARCH_TOOL, {"query": query}, text=text, **cond)
 
 
-def fail(status: int = 500, message: str = "scripted failure", *, kind: str | None = None, **cond: Any) -> Rule:
+def fail(status: int = 500, message: str = "scripted failure", *, kind: str | None = None, param: str | None = None,
+         **cond: Any) -> Rule:
     """Fail with ``status`` in the API's error shape (combine with ``nth=``/``contains=``/``times=``)."""
-    return Rule(error=Fail(status, message, kind), **cond)
+    return Rule(error=Fail(status, message, kind, param), **cond)
 
 
 DEFAULT_RULE = reply()

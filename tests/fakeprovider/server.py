@@ -444,7 +444,7 @@ class _Handler(BaseHTTPRequestHandler):
             rule = self.fake._choose(conv, rec.nth)
             rec.rule = rule.to_dict()
             if rule.error is not None:
-                raise ApiError(rule.error.status, rule.error.message, rule.error.kind)
+                raise ApiError(rule.error.status, rule.error.message, rule.error.kind, rule.error.param)
             reply = rule.build_reply(conv, provider.call_id_prefix, new_id)
             if unloaded := [c.name for c in reply.calls if c.name in conv.meta.get("deferred", ())]:
                 # A script error, not the API's: a model cannot call a tool it has not loaded.

@@ -63,7 +63,8 @@ def drive(adapter: Any, rounds: list[bytes], chunker: Chunker = whole, failure: 
     feeds them, and how each round ended. After each round but the last the runner re-forwards
     (``next_round``); with ``failure`` the last round is re-forwarded too and the re-forward fails.
     An upstream error ends the stream (then only ``finish``: what is still owed), a truncated
-    round too (``fail``). ``dispatch``: call-through, the stitcher's ``Dispatch``. ``used``: gets the stitcher."""
+    round too: as the upstream ended it when nothing in it was changed (``finish``), else with
+    the API's error (``fail``). ``dispatch``: call-through, the stitcher's ``Dispatch``. ``used``: gets the stitcher."""
     stitcher = adapter.stitcher(P, body) if dispatch is None else adapter.stitcher(P, body, dispatch)
     if used is not None:
         used.append(stitcher)
@@ -75,6 +76,8 @@ def drive(adapter: Any, rounds: list[bytes], chunker: Chunker = whole, failure: 
         end = stitcher.end_round()
         ends.append(end)
         if end.error is not None:
+            return bytes(out + stitcher.finish()), ends
+        if (end.message is None or not end.complete) and stitcher.untouched:  # as the upstream ended it
             return bytes(out + stitcher.finish()), ends
         if end.message is None or not end.complete:
             return bytes(out + stitcher.fail(Failure(502, message="upstream stream ended early"))), ends

@@ -225,7 +225,7 @@ OVERLOADED = {
 
 def with_error(adapter: GeminiAdapter, m: dict[str, Any], error: dict[str, Any]) -> tuple[bytes, bytes]:
     """``m``'s first chunk, then an in-stream error as Google writes it in each framing; and
-    (which no client may see) the rest of ``m``."""
+    the rest of ``m`` (after the error it passes as it came)."""
     events = gemini.GeminiStreamDecoder().feed(realistic(m, adapter.sse))
     head, rest = events[0].raw, b"".join(e.raw for e in events[1:])
     if adapter.sse:

@@ -12,6 +12,17 @@ what belongs to it) is held back. When a round ends with phantom calls only, the
 runner searches and re-forwards, and the next round's events continue the same
 client stream: one start, one stop, indexes renumbered, usage summed.
 
+The rule, for every API: a round that hides nothing passes every upstream byte as it came:
+the same events, in the same order and framing, with the same numbering, nothing inserted and
+nothing held past an event that follows it (the one exception: a Responses object's echo of the
+request's ``tools`` / ``tool_choice`` shows the client's own). A stitched turn changes only what
+stitching must: the hidden calls' events go, and the ids, indexes and numbering of what the
+client sees are made continuous over the rounds. An event the stitcher does not understand
+passes where it came. Events held while the runner decides (a round's closing events, once the
+round hid a call) are held with everything after them and go out in their original order; a
+closing event the upstream did not send is never made up. After an upstream error event the rest
+of the round passes as it came, and nothing is added.
+
 Contract, for every API (``tooldisco.apis.<api>.stitch``):
 
 - ``feed(data)``: upstream bytes of the current round, cut anywhere; returns the
@@ -104,6 +115,11 @@ class Stitcher(ABC):
         self._decoder: Any = None  # the round's stream decoder (each API's stitcher sets its own)
         # The client's stream assembled from what is emitted (``shown``), when the stitcher keeps it.
         self._client: Any = None
+        # Something the client gets differs from the upstream's bytes (an event changed, hidden,
+        # held past a later one, or one of the proxy's own): set by each API's stitcher.
+        self._touched = False
+        # The upstream reported an error in the stream: what follows passes as it came.
+        self._errored = False
 
     @abstractmethod
     def feed(self, data: bytes) -> bytes: ...
@@ -113,6 +129,13 @@ class Stitcher(ABC):
 
     def next_round(self) -> None:
         self.rounds += 1
+
+    @property
+    def untouched(self) -> bool:
+        """Every byte the client got so far is the upstream's, as it came, in its order. While
+        it holds, a round that ends in a way the stitcher does not recognise as complete still
+        ends as the upstream ended it: nothing the proxy did changed it, so nothing is added."""
+        return self.rounds == 1 and not self._touched
 
     @property
     def cut(self) -> bool:

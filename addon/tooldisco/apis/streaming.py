@@ -289,6 +289,11 @@ class SSEStreamDecoder(AssembledDecoder):
         self._sse = SSEDecoder()
         self.assembler = assembler
 
+    @property
+    def tail(self) -> bytes:
+        """What the body held after its last event (blank lines, comments), once it ended."""
+        return self._sse.tail
+
     def feed(self, data: bytes) -> list[Event]:
         events: list[Event] = []
         for sse in self._sse.feed(data):

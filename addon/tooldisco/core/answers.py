@@ -41,6 +41,35 @@ class Answer:
             await self.close()
         return b"".join(parts)
 
+    async def peek(self, limit: int) -> tuple[bytes, Answer]:
+        """The body's first ``limit`` bytes to look at, and the answer to pass on in this one's
+        place: the same status, headers and bytes, none dropped (a body past ``limit`` goes on
+        as it comes, never held whole). A whole body closes the answer at once.
+        ``UpstreamFailed`` (the answer closed) when the body broke off."""
+        it = self.chunks.__aiter__()
+        parts, size = [], 0
+        try:
+            while size < limit:
+                try:
+                    chunk = await it.__anext__()
+                except StopAsyncIteration:
+                    await self.close()
+                    body = b"".join(parts)
+                    return body, Answer.whole(self.status, body, self.headers)
+                parts.append(chunk)
+                size += len(chunk)
+        except BaseException:
+            await self.close()
+            raise
+        head = b"".join(parts)
+
+        async def replayed() -> AsyncIterator[bytes]:
+            yield head
+            async for rest in it:
+                yield rest
+
+        return head[:limit], Answer(self.status, self.headers, replayed(), self.close)
+
     @classmethod
     def whole(cls, status: int, body: bytes, headers: list[tuple[str, str]] | None = None) -> Answer:
         async def one() -> AsyncIterator[bytes]:

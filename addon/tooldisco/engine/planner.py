@@ -24,7 +24,7 @@ from tooldisco.core.types import RequestView, Tool, Unsupported
 from tooldisco.search.base import Catalog
 from tooldisco.search.priors import Priors
 from tooldisco.state.base import SessionState, SessionStore, session_key
-from tooldisco.policy import call_through, deferral, native, relevance
+from tooldisco.policy import call_through, deferral, native, rejection, relevance
 from tooldisco.policy.modes import CallThroughMode, ClassicMode, DeferralMode, NativeMode, NoLoopMode
 from tooldisco.engine.telemetry import Record, TelemetrySink
 from tooldisco.core.tokens import estimate_tokens, tokens_for
@@ -62,6 +62,20 @@ class FlowContext:
     @property
     def client_body(self) -> str:
         return self.original.decode("utf-8", "replace")
+
+    def rewrite_named(self, error: bytes, sent: str | None = None) -> str | None:
+        """What an upstream 4xx ``error`` to ``sent`` (default: ``body``, the first round; a
+        re-forward's own body otherwise) names that the proxy changed against the client's
+        request, or None: then the client's own request would get the same answer, and is not
+        sent (``policy.rejection``). Changed tools this flow knows by name: the search tool,
+        the dispatcher, the deferred ones. Run when an error arrives, never on the way out; a
+        fault of its own reads as the rewrite's (the client's own request is sent, as before)."""
+        names = [self.mode.search, self.mode.dispatcher or "", *self.catalog]
+        try:
+            return rejection.rewrite_named(error, self.original, self.body if sent is None else sent, names)
+        except Exception as e:
+            logger.opt(exception=e).warning("could not tell what an upstream error names; taking it for the rewrite's")
+            return "unknown"
 
     @cached_property
     def searchable(self) -> Catalog:

@@ -37,8 +37,9 @@ from tooldisco.policy import native
 from tooldisco.apis.base import Failure
 from tooldisco.engine.telemetry import TelemetrySink
 
-# Fail-open on the first answer: a 4xx that the rewrite may have caused (a provider that
-# rejects the reduced tool list, the search tool's schema, …) gets the client's own request.
+# Fail-open on the first answer: a 400/422 that the rewrite may have caused (it names the
+# tools, the search tool, a field the proxy changed: ``policy.rejection``) gets the client's
+# own request; any other passes as the upstream sent it.
 REWRITE_REJECTED = frozenset({400, 422})
 # A live first answer is held up to this many bytes until its stream is recognised: one that
 # never is (a JSON answer to a request that asked for a stream) then goes out as it came.
@@ -127,14 +128,39 @@ class LoopRunner:
         return await self._open(open_, self.ctx.body.encode("utf-8"))
 
     async def _fallback(self, first: Answer, open_: Open) -> Answer:
-        """The first answer, or the client's own request's answer when the rewrite was refused."""
-        record = self.ctx.record
-        if first.status == 200 or first.status not in REWRITE_REJECTED or not self.ctx.rewritten:
+        """The first answer, or the client's own request's answer when the upstream refused
+        the rewritten request (400/422) for something the rewrite changed: the error names
+        the tools, the search tool or dispatcher, a deferred tool, ``defer_loading`` and the
+        like, or another field the proxy changed (``FlowContext.rewrite_named``).
+
+        Why not every 400: most name what the client's own request carries as well (an
+        unsupported ``max_tokens``, a model id, a message role, a key); sent again it reaches
+        the upstream twice and ends the same way. Such an answer reaches the client once, as
+        the upstream sent it: status, headers and body bytes (at most 1 MiB of it is read to
+        decide; the rest follows as it comes). Telemetry: ``fallback_reason``
+        ``rewrite_<status>_original_sent`` when resent; none, and the outcome
+        ``upstream_<status>``, when passed."""
+        ctx = self.ctx
+        record = ctx.record
+        if first.status not in REWRITE_REJECTED or not ctx.rewritten:
             return first
-        await first.close()
-        logger.warning("upstream refused the rewritten request ({}); sending the client's own", first.status)
+        try:
+            seen, answer = await first.peek(1 << 20)
+        except UpstreamFailed as e:  # the error broke off: the API's retryable error, never a cut body
+            record.outcome = "upstream_failed"
+            logger.warning("upstream error answer broke off: {}", e)
+            reply = self._error_reply(502, str(e))
+            return Answer.whole(reply.status, reply.body, reply.headers)
+        named = ctx.rewrite_named(seen)
+        if named is None:
+            logger.info("upstream answered {} to the rewritten request, naming nothing the proxy changed; "
+                        "passing it on", first.status)
+            return answer
+        await answer.close()
+        logger.warning("upstream refused the rewritten request ({}, naming {}); sending the client's own",
+                       first.status, named)
         record.fallback_reason = f"rewrite_{first.status}_original_sent"
-        return await self._open(open_, self.ctx.original)
+        return await self._open(open_, ctx.original)
 
     async def _settle(self, finish: Finish, shown_id: str | None = None, seen: dict[str, Any] | None = None) -> None:
         """What the session keeps from this turn: tools found, stored-chain links, and the real
@@ -300,19 +326,33 @@ class LoopRunner:
         return Reply(status, headers, body)
 
     async def _reforward_failed(self, answer: Reply, open_: Open) -> Reply:
-        """A re-forward failed. A 4xx may be ours: retry the client's own request, untouched.
-        Anything else (5xx, 429) goes to the client as it is, so its retry logic applies; an
-        unreadable 200 becomes a 502 in the API's format."""
-        record = self.ctx.record
+        """A re-forward failed. A 4xx (429 aside) naming what the proxy changed in that very
+        request (its tools, the search tool, a found or deferred tool, ``tool_reference``, the
+        hidden round it added to the conversation: ``FlowContext.rewrite_named``) may be ours:
+        the client's own request goes instead, untouched. That sends nothing twice: the
+        upstream refused the re-forward before generating, and the client's own request never
+        went (round one was the rewritten one); the re-forward itself is never sent again.
+
+        Anything else goes to the client as the upstream sent it (status, headers, body): a 4xx
+        the client's own request could not escape either (what it names was the client's: a
+        resend would reach the upstream twice and end the same way), one naming nothing (a
+        prompt grown too long: the client's own handling of it applies), a 5xx or 429, so the
+        client's retry logic applies. An unreadable 200 becomes a 502 in the API's format.
+        Telemetry: ``reforward_<status>_original_sent`` when resent, ``reforward_<status>``
+        when passed."""
+        ctx = self.ctx
+        record = ctx.record
         self.loop.fail()
         logger.warning("upstream answered {} to a phantom re-forward", answer.status)
         if answer.status == 200:  # unreadable: never a success the client cannot parse
             record.fallback_reason = record.outcome = "reforward_unreadable"
             return self._error_reply(502, "the upstream answer could not be read")
-        if 400 <= answer.status < 500 and answer.status != 429:
+        if (400 <= answer.status < 500 and answer.status != 429
+                and (named := ctx.rewrite_named(answer.body, self._sent)) is not None):
+            logger.warning("the re-forward's {} names {}; sending the client's own request", answer.status, named)
             record.fallback_reason = f"reforward_{answer.status}_original_sent"
             record.outcome = f"fallback_{answer.status}"
-            retry = await self._open(open_, self.ctx.original)
+            retry = await self._open(open_, ctx.original)
             return Reply(retry.status, retry.headers, await retry.read())
         record.fallback_reason = f"reforward_{answer.status}"
         record.outcome = f"fallback_{answer.status}"
@@ -330,6 +370,8 @@ class LoopRunner:
         record = ctx.record
         own_s = 0.0  # stitching, searching and deciding: what the proxy adds
         answer = await self._fallback(first, open_)
+        stitcher: Any = None
+        unhandled = False  # the proxy ended the stream with an error of its own
         try:
             if answer.status != 200 or answer is not first:
                 record.outcome = record.outcome or f"upstream_{answer.status}"
@@ -374,8 +416,16 @@ class LoopRunner:
                         if rest := stitcher.finish():
                             yield rest
                         return
+                    if (end.message is None or not end.complete) and stitcher.untouched:
+                        # The upstream ended it so and the client has had every byte as it came:
+                        # it ends as the upstream ended it, nothing added.
+                        record.outcome = "upstream_unfinished"
+                        if rest := stitcher.finish():
+                            yield rest
+                        return
                     if end.message is None or not end.complete:
                         record.outcome = "upstream_truncated"
+                        unhandled = True
                         yield stitcher.fail(Failure(502, message="the upstream stream ended early"))
                         return
                     if shown_id is None:
@@ -414,15 +464,19 @@ class LoopRunner:
                 except UpstreamFailed as e:  # a round broke off: the stream ends with the API's error
                     record.outcome = "upstream_failed"
                     logger.warning("upstream stream broke off: {}", e)
+                    unhandled = True
                     yield stitcher.fail(Failure(502, message=str(e)))
                     return
                 except Exception as e:  # after bytes went out, the stream still ends valid
                     record.outcome = f"error: {type(e).__name__}"
                     logger.opt(exception=e).warning("live phantom loop failed; ending the stream with an error")
+                    unhandled = True
                     yield stitcher.fail(Failure(502, message="tool discovery failed mid-stream"))
                     return
         finally:
             await answer.close()
+            if stitcher is not None:
+                record.passage = "unhandled" if unhandled else "untouched" if stitcher.untouched else "changed"
             self._close_record(own_s)
 
 

@@ -54,6 +54,10 @@ class Record:
     processing_ms: float = 0.0
     fallback_reason: str | None = None
     stream: bool = False
+    # A live stream's bytes: "untouched" (the upstream's as they came; a Responses object's echo
+    # of the client's own tools aside), "changed" (stitched, or a hidden call taken out) or
+    # "unhandled" (the proxy could not follow it and ended it with the API's error). None: no stream.
+    passage: str | None = None
     searches: list[SearchRecord] = field(default_factory=list)
     loops: int = 0
     restored: int = 0  # stitched messages of the client's history replaced by their real rounds

@@ -13,19 +13,14 @@ refused it earlier in the session.
 from __future__ import annotations
 
 import json
-import re
 from typing import Sequence
 
 from tooldisco.config import ToolDiscovery
 from tooldisco.apis.base import NativeDeferral
 from tooldisco.core.types import RequestView, Tool
 from tooldisco.policy.deferral import DeferralPlan
+from tooldisco.policy.rejection import DEFERRAL_FIELDS, MAX_ERROR_CHARS
 from tooldisco.policy.relevance import pinned_names
-
-# An upstream 400 naming one of these refused the fields of a cache-true deferral, not the
-# request: native deferral's, or call-through's JSON-Schema dispatcher (``parametersJsonSchema``,
-# which an older API version or gateway may not take).
-_REFUSAL = re.compile(r"defer_loading|tool_reference|tool_search|parameters_?json_?schema", re.IGNORECASE)
 
 
 def applies(native: NativeDeferral, model: str, cfg: ToolDiscovery, classic: Sequence[str]) -> bool:
@@ -36,8 +31,9 @@ def applies(native: NativeDeferral, model: str, cfg: ToolDiscovery, classic: Seq
 
 def refused(status: int, body: bytes) -> bool:
     """Whether an upstream answer refuses the fields of native deferral or of call-through (the
-    same request goes classic)."""
-    return status == 400 and _REFUSAL.search(body[:65536].decode("utf-8", "replace")) is not None
+    same request goes classic): a 400 naming one of ``rejection.DEFERRAL_FIELDS``, which refused
+    that flavour, not the request."""
+    return status == 400 and DEFERRAL_FIELDS.search(body[:MAX_ERROR_CHARS].decode("utf-8", "replace")) is not None
 
 
 def plan(view: RequestView, cfg: ToolDiscovery, upfront: Sequence[str]) -> DeferralPlan:

@@ -60,6 +60,7 @@ class FlowSummary:
     passed: str | None  # why the request went upstream unchanged (None: it was rewritten)
     fallback: str | None
     outcome: str | None
+    passage: str | None = None  # a live stream: "untouched", "changed" or "unhandled"
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> FlowSummary:
@@ -85,7 +86,8 @@ class FlowSummary:
             added_ms=float(record.get("loop_added_ms") or 0.0), upstream_ms=float(record.get("upstream_ms") or 0.0),
             processing_ms=float(record.get("processing_ms") or 0.0), loops=int(record.get("loops") or 0),
             passed=(str(fallback or "nothing to defer") if unchanged else None),
-            fallback=None if unchanged or fallback is None else str(fallback), outcome=record.get("outcome"))
+            fallback=None if unchanged or fallback is None else str(fallback), outcome=record.get("outcome"),
+            passage=record.get("passage"))
 
     @property
     def saved(self) -> int:
@@ -176,9 +178,18 @@ class FlowSummary:
 
     def _trouble(self) -> list[str]:
         out = [f"fallback: {self.fallback}"] if self.fallback else []
+        if self.passage is not None:  # what became of a live stream's bytes
+            out.append(_PASSAGE.get(self.passage, f"stream {self.passage}"))
         if self.outcome and self.outcome not in ("done", "no_phantom", "mixed"):
             out.append(f"outcome: {self.outcome}")
         return out
+
+
+_PASSAGE = {
+    "untouched": "stream passed as sent",
+    "changed": "stream stitched",
+    "unhandled": "stream not handled: ended with an error",
+}
 
 
 def _short(n: int) -> str:

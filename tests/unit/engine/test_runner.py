@@ -60,23 +60,53 @@ async def test_no_phantom_call_passes_the_upstream_bytes(engine):
     assert out.status == 200 and out.body == raw
 
 
-async def test_a_4xx_on_a_reforward_resends_the_clients_own_request(engine):
+def anthropic_400(text: str) -> bytes:
+    return json.dumps({"type": "error", "error": {"type": "invalid_request_error", "message": text}}).encode()
+
+
+# The hidden round a re-forward adds, refused: the re-forward's own doing.
+HIDDEN_ROUND_REFUSED = ("messages.2.content.0: unexpected `tool_use_id` found in `tool_result` blocks: toolu_s. "
+                        "Each `tool_result` block must have a corresponding `tool_use` block in the previous message.")
+# Refused whatever the proxy did: the client's own request gets the same answer.
+MAX_TOKENS_REFUSED = "max_tokens: 100000 > 64000, which is the maximum allowed number of output tokens for claude-x"
+
+
+@pytest.mark.parametrize("refusal", [HIDDEN_ROUND_REFUSED, "tools.61.name: String should match pattern",
+                                     f"Tool reference '{FORECAST['name']}' not found"])
+async def test_a_4xx_on_a_reforward_naming_the_rewrite_resends_the_clients_own_request(engine, refusal):
     ctx = context(engine)
     sent = []
 
     async def open_(b):
         sent.append(b)
         if len(sent) == 1:
-            return Answer.whole(400, b'{"type":"error","error":{"type":"invalid_request_error","message":"no"}}',
-                                [("request-id", "r1")])
+            return Answer.whole(400, anthropic_400(refusal), [("request-id", "r1")])
         return whole(message({"type": "text", "text": "plain answer"}, stop="end_turn"))
 
     out = await engine.runner(ctx).buffered(whole(message(search_call())), open_)
-    assert sent[1] == body() and json.loads(out.body)["content"][0]["text"] == "plain answer"
+    assert len(sent) == 2 and sent[1] == body() and json.loads(out.body)["content"][0]["text"] == "plain answer"
     assert last_record(engine)["fallback_reason"] == "reforward_400_original_sent"
 
 
-async def test_a_rejected_rewrite_resends_the_clients_own_request(engine):
+@pytest.mark.parametrize("refusal", ["prompt is too long: 201234 tokens > 200000 maximum", MAX_TOKENS_REFUSED])
+async def test_a_4xx_on_a_reforward_naming_nothing_it_changed_passes_as_sent(engine, refusal):
+    sent = []
+    error = anthropic_400(refusal)
+
+    async def open_(b):
+        sent.append(b)
+        return Answer.whole(400, error, [("request-id", "r1")])
+
+    out = await engine.runner(context(engine)).buffered(whole(message(search_call())), open_)
+    assert len(sent) == 1 and sent[0] != body()  # the re-forward alone: the client's own request never went
+    assert out.status == 400 and out.body == error and out.headers == [("request-id", "r1")]
+    record = last_record(engine)
+    assert record["fallback_reason"] == "reforward_400" and record["outcome"] == "fallback_400"
+
+
+@pytest.mark.parametrize("refusal", ["tools", "tools.60.input_schema: JSON schema is invalid",
+                                     f"tools.60.name: '{P}' is a reserved name"])
+async def test_a_rejected_rewrite_resends_the_clients_own_request(engine, refusal):
     ctx = context(engine)
     sent = []
 
@@ -84,10 +114,61 @@ async def test_a_rejected_rewrite_resends_the_clients_own_request(engine):
         sent.append(b)
         return whole(message({"type": "text", "text": "fine"}, stop="end_turn"))
 
-    rejected = Answer.whole(400, b'{"type":"error","error":{"type":"invalid_request_error","message":"tools"}}')
+    rejected = Answer.whole(400, anthropic_400(refusal))
     out = await engine.runner(ctx).buffered(rejected, open_)
     assert sent == [body()] and out.status == 200 and json.loads(out.body)["content"][0]["text"] == "fine"
     assert last_record(engine)["fallback_reason"] == "rewrite_400_original_sent"
+
+
+@pytest.mark.parametrize("status, error", [
+    (400, anthropic_400(MAX_TOKENS_REFUSED)),
+    (400, anthropic_400("messages.1.role: Input should be 'user' or 'assistant'")),  # the client's messages
+    (422, b'{"detail": "model claude-9 not found"}'),
+    (400, b"<html><body>400 Bad Request</body></html>"),
+])
+async def test_a_4xx_naming_nothing_the_rewrite_changed_passes_once_as_sent(engine, status, error):
+    sent = []
+
+    async def open_(b):
+        sent.append(b)
+        return whole(message({"type": "text", "text": "never"}, stop="end_turn"))
+
+    headers = [("content-type", "application/json"), ("request-id", "req_1")]
+    out = await engine.runner(context(engine)).buffered(Answer.whole(status, error, headers), open_)
+    assert sent == [] and (out.status, out.headers, out.body) == (status, headers, error)
+    record = last_record(engine)
+    assert record["fallback_reason"] is None and record["outcome"] == f"upstream_{status}"
+
+
+async def test_a_passed_4xx_past_what_is_read_reaches_the_client_whole(engine):
+    """The decision reads 1 MiB at most; a longer error still goes on byte for byte."""
+    error = anthropic_400(MAX_TOKENS_REFUSED + " " + "x" * (3 << 20))
+    first = chunked(error, 64 * 1024)
+    first.status, first.headers = 400, [("content-type", "application/json")]
+    out = await engine.runner(context(engine)).buffered(first, None)
+    assert out.status == 400 and out.body == error and first.closed
+
+
+async def test_live_a_4xx_naming_nothing_the_rewrite_changed_passes_once_as_sent(engine):
+    error = anthropic_400(MAX_TOKENS_REFUSED)
+    first = chunked(error, 5)
+    first.status, first.headers = 400, [("content-type", "application/json"), ("request-id", "req_1")]
+
+    async def open_(b):
+        raise AssertionError("nothing is sent again")
+
+    head, out = await collect(engine.runner(context(engine, True)).live(first, open_))
+    assert (head.status, head.headers, out) == (400, first.headers, error) and first.closed
+    assert last_record(engine)["outcome"] == "upstream_400" and last_record(engine)["fallback_reason"] is None
+
+
+async def test_a_4xx_whose_body_breaks_off_is_a_5xx_in_the_apis_format(engine):
+    async def open_(b):
+        raise AssertionError("nothing is sent again")
+
+    out = await engine.runner(context(engine)).buffered(broken(anthropic_400(MAX_TOKENS_REFUSED), 400), open_)
+    assert "broke off" in anthropic_error(out)["error"]["message"]
+    assert last_record(engine)["outcome"] == "upstream_failed"
 
 
 async def test_a_5xx_on_a_reforward_reaches_the_client_with_its_headers(engine):
@@ -165,10 +246,14 @@ async def test_live_error_on_a_reforward_ends_the_stream_with_the_providers_erro
     assert P.encode() not in out
 
 
-async def test_live_truncated_round_ends_with_an_error_not_a_success(engine):
+async def test_live_a_round_the_upstream_ended_early_ends_as_it_did_when_nothing_was_changed(engine):
+    """The client has had every byte as it came: the stream ends where the upstream ended it,
+    nothing added (plain mitmdump would pass the same bytes); the record says so."""
     first = encode(message({"type": "text", "text": "partial answer"}, stop="end_turn"))
     _, out = await collect(engine.runner(context(engine, True)).live(chunked(first[:-40]), None))
-    assert b"event: error" in out and b"message_stop" not in out
+    assert out == first[:-40]
+    record = last_record(engine)
+    assert record["outcome"] == "upstream_unfinished" and record["passage"] == "untouched"
 
 
 async def test_live_rejected_rewrite_streams_the_clients_own_request(engine):
@@ -179,7 +264,7 @@ async def test_live_rejected_rewrite_streams_the_clients_own_request(engine):
         sent.append(b)
         return chunked(upstream)
 
-    rejected = Answer.whole(422, b'{"type":"error","error":{"type":"invalid_request_error","message":"x"}}')
+    rejected = Answer.whole(422, anthropic_400("tools.60.custom.input_schema: Field required"))
     head, out = await collect(engine.runner(context(engine, True)).live(rejected, open_))
     assert sent == [body(stream=True)] and head.status == 200 and out == upstream
 
@@ -376,10 +461,10 @@ async def test_live_a_search_after_more_text_than_is_kept_ends_with_an_error(eng
     assert b"event: error" in out and b"too large" in out and P.encode() not in out
 
 
-async def test_live_an_event_stream_cut_before_its_first_event_ends_with_an_error(engine):
-    answer = chunked(b"event: message_start\ndata: {\"type\":\"message_st")  # says text/event-stream
-    _, out = await collect(engine.runner(context(engine, True)).live(answer, None))
-    assert b"event: error" in out
+async def test_live_an_event_stream_cut_before_its_first_event_passes_as_it_came(engine):
+    cut = b"event: message_start\ndata: {\"type\":\"message_st"
+    _, out = await collect(engine.runner(context(engine, True)).live(chunked(cut), None))  # says text/event-stream
+    assert out == cut
 
 
 async def test_a_turn_with_nothing_to_keep_makes_no_store_hand_off(engine, monkeypatch):

@@ -219,7 +219,25 @@ async def test_another_400_is_not_a_refusal_of_native_deferral(engine):
         return Answer.whole(400, other.encode())
 
     reply = await engine.runner(prepared.context).buffered(Answer.whole(400, other.encode()), open_)
-    assert reply.status == 400 and sent == [messages_body("help me")]  # the client's own, as before
+    # Nothing the rewrite changed: the client's own request would get it too, so nothing is resent.
+    assert reply.status == 400 and reply.body == other.encode() and sent == []
+    assert engine.prepare(A, HEADERS, messages_body("again")).context.mode.name == "native"
+
+
+async def test_another_400_naming_a_deferred_tool_resends_the_clients_own(engine):
+    prepared = engine.prepare(A, HEADERS, messages_body("help me"))
+    deferred = next(iter(prepared.context.catalog))
+    other = json.dumps({"type": "error", "error": {"type": "invalid_request_error",
+                                                   "message": f"Tool '{deferred}' has an invalid input_schema"}})
+    sent: list[bytes] = []
+
+    async def open_(b):
+        sent.append(b)
+        return Answer.whole(400, other.encode())
+
+    reply = await engine.runner(prepared.context).buffered(Answer.whole(400, other.encode()), open_)
+    assert reply.status == 400 and sent == [messages_body("help me")]  # the client's own
+    assert prepared.context.record.fallback_reason == "rewrite_400_original_sent"
     assert engine.prepare(A, HEADERS, messages_body("again")).context.mode.name == "native"
 
 

@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Protocol
 
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import sum_usage
-from tooldisco.apis.anthropic.stream import AnthropicStreamDecoder, encode_event_object
+from tooldisco.apis.anthropic.stream import _DELTA_ALWAYS, AnthropicStreamDecoder, encode_event_object
 from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, as_dict
 from tooldisco.apis.base import Failure, RoundEnd, Stitcher, error_kind
 
@@ -77,7 +77,11 @@ class AnthropicEventStitcher(Stitcher):
         self._indexes: dict[int, int | None] = {}  # this round's index -> the client's; None: hidden
         self._next_index = 0  # the client's next block index
         self._visible_call = False  # this round streamed a tool_use the client sees
-        self._held: dict[str, Event] = {}  # this round's message_delta / message_stop
+        self._hid = False  # this round hid a block: its closing events wait for the runner
+        self._late: dict[str, Any] = {}  # the end a later round's swallowed message_start said
+        self._round_started = False  # this round's message_start came
+        self._held: list[Event] = []  # from this round's first closing event on, every event, in order
+        self._trailing = b""  # what the round's body held after its last event
         self._totals: dict[str, Any] = {}  # carried keys summed over the rounds that ended
         self._error: Any = None  # the upstream error event passed on
 
@@ -101,9 +105,16 @@ class AnthropicEventStitcher(Stitcher):
         return self._take() + self._relay(self._decoder.feed(data))
 
     def end_round(self) -> RoundEnd:
-        # An event the upstream left unterminated lacks the blank line that ends it on the
-        # wire, so it is re-encoded (raw b""); one cut inside its JSON is dropped.
-        self._out += self._relay([Event(e.type, e.data, b"") for e in self._flush() if isinstance(e.data, dict)])
+        # An event the upstream left unterminated lacks the blank line that ends it on the wire:
+        # a round that changed nothing passes it as it came; else it is re-encoded (raw b"") and
+        # one cut inside its JSON is dropped.
+        last = self._flush()
+        if self.untouched:
+            self._out += self._relay(last)
+            self._out += getattr(self._decoder, "tail", b"")
+        else:
+            self._out += self._relay([Event(e.type, e.data, b"") for e in last if isinstance(e.data, dict)])
+            self._trailing = getattr(self._decoder, "tail", b"")
         try:
             message: dict[str, Any] | None = self._decoder.message()
         except (StreamError, IncompleteStream):
@@ -114,20 +125,31 @@ class AnthropicEventStitcher(Stitcher):
         return RoundEnd(message, self._decoder.done, self._error)
 
     def next_round(self) -> None:
+        # The round's closing events go; what else came after them (a ping) goes out in its place.
+        for event in self._held:
+            if not _closes(event):
+                self._out += self._wire(event, event.data)
         super().next_round()
         self._decoder = self._new_decoder()
-        self._indexes, self._visible_call, self._held = {}, False, {}
+        self._indexes, self._visible_call, self._held, self._hid, self._trailing = {}, False, [], False, b""
+        self._late, self._round_started = {}, False
 
     def finish(self) -> bytes:
         out = self._take()
         if self._ended:
             return out
         self._ended = True
-        for kind in _CLOSING:
-            event = self._held.get(kind)
-            held = event.data if event is not None and isinstance(event.data, dict) else {"type": kind}
-            out += self._wire(event, self._closing(held))
-        return out
+        held = self._held
+        if self._late and not any(_closes(e) and e.data.get("type") == "message_delta" for e in held):
+            # A stitched message whose final round said its end only in its start: the client
+            # learns it from a message_delta, the one event made up, before the message_stop.
+            made = Event("message_delta", {"type": "message_delta", "delta": self._late}, b"")
+            at = next((i for i, e in enumerate(held) if _closes(e)), len(held))
+            held = [*held[:at], made, *held[at:]]
+        for event in held:  # in the order they came
+            closing = _closes(event) and event.type != "error"
+            out += self._wire(event, self._closing(event.data) if closing else event.data)
+        return out + self._trailing
 
     def fail(self, failure: Failure) -> bytes:
         out = self._take()
@@ -138,24 +160,63 @@ class AnthropicEventStitcher(Stitcher):
 
     def _pass(self, event: Event) -> bytes:
         """The client bytes for one upstream event (``b""``: held or hidden)."""
+        if self._held:  # the round's end is held: so is everything after it, in order
+            self._held.append(event)
+            return b""
+        if self._errored:  # after the upstream's error, the rest of its round as it came
+            return self._wire(event, event.data)
         if event.type == "error" or (event.data is not None and event.data is self._decoder.error):
-            self._error, self._ended = event.data, True
+            self._error, self._errored = event.data, True
             return self._wire(event, event.data)  # the provider's own error, renumbered nothing
         data = event.data
         if not isinstance(data, dict):
             return event.raw
         kind = data.get("type")
         if kind in _CLOSING:
-            self._held[kind] = event
+            if self.rounds == 1 and not self._hid:  # nothing hidden: the round ends as the upstream ends it
+                return self._wire(event, data)
+            self._held.append(event)
             return b""
-        if kind == "message_start" and self.rounds > 1:
-            return b""
+        if kind == "message_start":
+            return self._start(event, data)
         if kind == "content_block_start":
             self._open(data)
         visible = self._renumber(data)
         if visible is None:
+            self._touched = True
             return b""
         return self._wire(event, visible)
+
+    def _start(self, event: Event, data: dict[str, Any]) -> bytes:
+        """A round's ``message_start``. Its ``message.content`` may already hold blocks (a call
+        made by code the model ran): they take client indexes like streamed ones. Round 1's goes
+        out (less a hidden block); a later round's is swallowed and its blocks go out whole."""
+        message = as_dict(data.get("message"))
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else []
+        again = self._round_started  # a message that starts again: the SDK starts its snapshot again too
+        self._round_started = True
+        if self.rounds == 1 or again:
+            self._indexes, self._next_index, self._visible_call = {}, 0, False
+        shown: list[tuple[int, Any]] = []
+        for index, block in enumerate(blocks):
+            self._open({"index": index, "content_block": block})
+            if self._indexes.get(index) is not None:
+                shown.append((self._indexes[index], block))
+        if self.rounds == 1 or again:
+            if len(shown) < len(blocks):
+                data = {**data, "message": {**message, "content": [block for _, block in shown]}}
+            return self._wire(event, data)
+        self._touched = True
+        # What only the swallowed start says of how the message ends (a round whose calls code
+        # made ends with no message_delta): said in the one made at the end (``finish``).
+        self._late = {k: message[k] for k in (*_DELTA_ALWAYS, "container") if message.get(k) is not None}
+        out = b""
+        for client, block in shown:
+            for made in ({"type": "content_block_start", "index": client, "content_block": block},
+                         {"type": "content_block_stop", "index": client}):
+                out += self._wire(None, made)
+        return out
 
     def _wire(self, event: Event | None, data: Any) -> bytes:
         """``data`` for the client: the upstream's bytes when it is the event's own unchanged
@@ -163,6 +224,7 @@ class AnthropicEventStitcher(Stitcher):
         self._show(event.type if event is not None else None, data)
         if event is not None and data is event.data and event.raw:
             return event.raw
+        self._touched = True
         return self._encode(data)
 
     def _open(self, data: dict[str, Any]) -> None:
@@ -172,6 +234,7 @@ class AnthropicEventStitcher(Stitcher):
         call = block.get("type") == "tool_use"
         if call and block.get("name") == self.phantom:
             self._indexes[index] = None
+            self._hid = True
             return
         self._indexes[index] = self._next_index
         self._next_index += 1
@@ -190,12 +253,17 @@ class AnthropicEventStitcher(Stitcher):
     def _closing(self, data: dict[str, Any]) -> dict[str, Any]:
         """The final round's closing event as the client must see it (``data`` itself if unchanged)."""
         key = self.carries.get(str(data.get("type")))
-        if key in self._totals and (self.rounds > 1 or key not in data):
+        if key in self._totals and self.rounds > 1:
             data = {**data, key: self._totals[key]}
         delta = as_dict(data.get("delta"))
         if delta.get("stop_reason") == "tool_use" and not self._visible_call:
             data = {**data, "delta": {**delta, "stop_reason": "end_turn"}}
         return data
+
+
+def _closes(event: Event) -> bool:
+    """One of the events that end a message (``message_delta``, ``message_stop``)."""
+    return isinstance(event.data, dict) and event.data.get("type") in _CLOSING
 
 
 class AnthropicStitcher(AnthropicEventStitcher):

@@ -3,25 +3,32 @@
 Frames are AWS event-stream messages named by ``:event-type``: ``messageStart``, per block
 ``contentBlockStart`` (tool use only; text and reasoning blocks open with their first delta),
 ``contentBlockDelta``, ``contentBlockStop``, then ``messageStop{stopReason}`` and
-``metadata{usage, metrics}``. What the client sees (see ``base`` for the contract):
+``metadata{usage, metrics}`` (in either order; ``metadata`` may be missing). What the client
+sees (see ``base`` for the rule and the contract):
 
-- Round 1's ``messageStart``; later rounds' are swallowed.
-- Blocks with ``contentBlockIndex`` renumbered consecutive over the blocks the client sees
-  (boto3 users and our assembler key blocks by it). A ``toolUse`` block named the phantom is
-  dropped with its deltas and stop. Reasoning blocks and their signatures pass unchanged.
-- ``messageStop`` and ``metadata`` are held; ``finish`` sends the final round's. ``stopReason``
-  is ``end_turn`` where the upstream said ``tool_use`` but the final round showed no call.
-  After a search, ``usage`` and ``metrics`` (``latencyMs``: the client waited for every round)
-  are the sums over rounds, as ``ConverseAdapter.merge`` makes them.
+- A round that has hidden nothing (round 1, no phantom block yet) passes every frame as its
+  bytes at once, closing frames included: a stream without a search is the upstream's, byte
+  for byte, however it ends (a frame it broke off inside reaches the client too).
+- Later rounds' ``messageStart`` is swallowed. Blocks' ``contentBlockIndex`` is renumbered
+  consecutive over the blocks the client sees (boto3 users and our assembler key blocks by it).
+  A ``toolUse`` block named the phantom is dropped with its deltas and stop. Reasoning blocks
+  and their signatures pass unchanged.
+- Once a round hid a block (and in every round after the first), ``messageStop`` and
+  ``metadata`` are held while the runner decides, and every frame after the first held one
+  with them, in order. ``finish`` sends them in that order: ``stopReason`` is ``end_turn``
+  where the upstream said ``tool_use`` but the final round showed no call; after a search,
+  ``usage`` and ``metrics`` (``latencyMs``: the client waited for every round) are the sums
+  over rounds, as ``ConverseAdapter.merge`` makes them. ``next_round`` drops the held closing
+  frames and sends the others. A closing frame the upstream did not send is never made up.
 - An unchanged frame goes out as its bytes (Bedrock's ``p`` padding included); a changed one
   in a fresh frame (both CRCs recomputed, the padding dropped).
 
 Errors are exception frames (``:message-type: exception``, ``:exception-type`` one of the
 ConverseStream output's exception members, payload ``{"message": ...}``): botocore's
 ``EventStream`` raises ``EventStreamError`` on them. An upstream one is passed on as it came
-and ends the client stream. A corrupt upstream frame (bad CRC) raises ``EventStreamError``
-from ``feed``, which the runner answers with ``fail``; a body that ends inside a frame is a
-round that did not complete.
+(after what was held before it), and the rest of the round passes as it came; nothing is added.
+A corrupt upstream frame (bad CRC) raises ``EventStreamError`` from ``feed``, which the runner
+answers with ``fail``; a body that ends inside a frame is a round that did not complete.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from typing import Any
 from tooldisco.apis.common import sum_usage
 from tooldisco.apis.bedrock.stream import ConverseStreamDecoder
 from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, as_dict, dumps
-from tooldisco.apis.framing.eventstream import encode_frame
+from tooldisco.apis.framing.eventstream import EventStreamError, encode_frame
 from tooldisco.apis.base import Failure, RoundEnd, Stitcher, error_kind
 
 # error_kind -> a ConverseStreamOutput exception member (botocore's bedrock-runtime model);
@@ -58,42 +65,51 @@ class ConverseStitcher(Stitcher):
         self._indexes: dict[int, int | None] = {}  # this round's block index -> the client's; None: hidden
         self._next_index = 0  # the client's next block index
         self._visible_call = False  # this round streamed a toolUse the client sees
-        self._held: dict[str, Event] = {}  # this round's messageStop / metadata
-        self._totals: dict[str, Any] = {}  # usage / metrics summed over the rounds that ended
+        self._hid = False  # this round hid a block: its closing frames wait for the runner
+        self._held: list[Event] = []  # this round's first closing frame and every frame after it
+        self._earlier: dict[str, Any] = {}  # usage / metrics summed over the rounds before this one
+        self._round: dict[str, Any] = {}  # this round's usage / metrics, once it ended
+        self._rest = b""  # what the body held past its last whole frame
         self._error: Any = None  # the upstream exception passed on
 
     def feed(self, data: bytes) -> bytes:
         out = self._take()
         for event in self._decoder.feed(data):
-            if self._ended:  # nothing may follow an error
+            if self._ended:  # the client stream is over
                 break
             out += self._pass(event)
         return out
 
     def end_round(self) -> RoundEnd:
-        # Frames are whole or absent: a body that stopped inside one never brought metadata.
+        try:
+            self._decoder.feed(b"")
+        except EventStreamError:  # the body broke off inside a frame: the round is incomplete
+            pass
+        self._rest = self._decoder.rest
         try:
             message: dict[str, Any] | None = self._decoder.message()
         except (StreamError, IncompleteStream):
             message = None
-        for key in _SUMMED:
-            if message is not None and key in message:
-                self._totals[key] = sum_usage([self._totals.get(key), message[key]])
+        self._round = {key: message[key] for key in _SUMMED if message is not None and key in message}
         return RoundEnd(message, self._decoder.done, self._error)
 
     def next_round(self) -> None:
+        self._out += self._release(closing=False)  # before the round's block numbering goes
+        for key, value in self._round.items():
+            self._earlier[key] = sum_usage([self._earlier.get(key), value])
         super().next_round()
+        self._ended = self._ended or self._errored  # the upstream's exception ended the client stream
         self._decoder = ConverseStreamDecoder()
-        self._indexes, self._visible_call, self._held = {}, False, {}
+        self._indexes, self._visible_call, self._hid, self._round, self._rest = {}, False, False, {}, b""
 
     def finish(self) -> bytes:
         out = self._take()
         if self._ended:
             return out
         self._ended = True
-        for kind in _CLOSING:
-            if (event := self._held.get(kind)) is not None:
-                out += self._frame(event, self._closing(event.type, event.data))
+        out += self._release(closing=True)
+        if self.untouched or self._errored:  # a frame broken off: as the upstream left it
+            out += self._rest
         return out
 
     def fail(self, failure: Failure) -> bytes:
@@ -101,6 +117,8 @@ class ConverseStitcher(Stitcher):
         if self._ended:
             return out
         self._ended = True
+        if self._errored:  # the upstream's own exception went out already
+            return out
         headers = {
             ":exception-type": EXCEPTIONS[error_kind(failure.status)],
             ":content-type": "application/json",
@@ -110,21 +128,44 @@ class ConverseStitcher(Stitcher):
 
     def _pass(self, event: Event) -> bytes:
         """The client bytes for one upstream frame (``b""``: held or hidden)."""
+        if self._errored:  # after the upstream's exception: as it came
+            return event.raw
+        if event.data is not None and event.data is self._decoder.error:
+            self._error, self._errored = event.data, True
+            return self._release(closing=True) + event.raw  # the provider's own exception frame
+        if self._held or (event.type in _CLOSING and (self._hid or self.rounds > 1)):
+            self._held.append(event)
+            self._touched = True
+            return b""
+        return self._shown(event)
+
+    def _shown(self, event: Event) -> bytes:
+        """The client bytes for a frame not held: renumbered, hidden or as it came."""
         data = event.data
-        if data is not None and data is self._decoder.error:
-            self._error, self._ended = data, True
-            return event.raw  # the provider's own exception frame, renumbered nothing
         if not isinstance(data, dict):
             return event.raw
-        if event.type in _CLOSING:
-            self._held[event.type] = event
-            return b""
         if event.type == "messageStart" and self.rounds > 1:
             return b""
         if event.type == "contentBlockStart":
             self._open(data)
         shown = self._renumber(data)
-        return b"" if shown is None else self._frame(event, shown)
+        if shown is None:
+            self._touched = True
+            return b""
+        return self._frame(event, shown)
+
+    def _release(self, closing: bool) -> bytes:
+        """The held frames, in their order: the closing ones as the client must see them when
+        ``closing`` (the stream ends), else dropped (the stream goes on with another round)."""
+        out = bytearray()
+        held, self._held = self._held, []
+        for event in held:
+            if event.type in _CLOSING and isinstance(event.data, dict):
+                if closing:
+                    out += self._frame(event, self._closing(event.type, event.data))
+            else:
+                out += self._shown(event)
+        return bytes(out)
 
     def _open(self, data: dict[str, Any]) -> None:
         index = data.get(_INDEX)
@@ -133,6 +174,7 @@ class ConverseStitcher(Stitcher):
             return
         if tool and tool.get("name") == self.phantom:
             self._indexes[index] = None
+            self._hid = True
             return
         self._assign(index)
         self._visible_call = self._visible_call or bool(tool)
@@ -155,11 +197,12 @@ class ConverseStitcher(Stitcher):
         return data if client == index else {**data, _INDEX: client}
 
     def _closing(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
-        """The final round's closing event as the client must see it (``data`` itself if unchanged)."""
+        """A held closing event as the client must see it (``data`` itself if unchanged)."""
         if kind == "messageStop" and data.get("stopReason") == "tool_use" and not self._visible_call:
             return {**data, "stopReason": "end_turn"}
-        if kind == "metadata" and self.rounds > 1:
-            return {**data, **{key: self._totals[key] for key in _SUMMED if key in self._totals}}
+        if kind == "metadata" and self._earlier:
+            summed = {key: sum_usage([self._earlier.get(key), data.get(key)]) for key in _SUMMED if key in data}
+            return {**data, **summed}
         return data
 
     def _frame(self, event: Event, data: dict[str, Any]) -> bytes:
@@ -167,5 +210,6 @@ class ConverseStitcher(Stitcher):
         self._show(event.type, data)
         if data is event.data:
             return event.raw
+        self._touched = True
         headers = {":event-type": event.type, ":content-type": "application/json", ":message-type": "event"}
         return encode_frame(headers, dumps(data).encode("utf-8"))

@@ -6,10 +6,13 @@ ConverseStream frames are named by ``:event-type``: ``messageStart{role}``,
 toolResult|citation|image}}``, ``contentBlockStop``, ``messageStop{stopReason}``,
 ``metadata{usage, metrics}``; text blocks have no start event. They assemble into
 the Converse response ``{output:{message:{role, content}}, stopReason, usage,
-metrics}``. InvokeModelWithResponseStream frames are ``chunk{bytes: base64 of one
-Anthropic stream event}`` and reuse the Anthropic assembler. Exceptions arrive
-as ``:message-type: exception`` frames. Bedrock pads payloads with a random
-``p`` field, which we drop.
+metrics}``. ``messageStop`` and ``metadata`` come in either order (real streams send
+both), and ``metadata`` may be missing: the message is complete once both came, or
+at the body's end after a ``messageStop``. A stream without ``messageStart`` is an
+assistant message all the same. InvokeModelWithResponseStream frames are
+``chunk{bytes: base64 of one Anthropic stream event}`` and reuse the Anthropic
+assembler. Exceptions arrive as ``:message-type: exception`` frames. Bedrock pads
+payloads with a random ``p`` field, which we drop.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from tooldisco.apis.streaming import (
 from tooldisco.apis.framing.eventstream import EventStreamDecoder, Frame, encode_frame
 
 _METADATA_FIELDS = ("usage", "metrics", "trace", "performanceConfig", "serviceTier")
+_CONVERSE_EVENTS = frozenset(
+    {"messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockStop", "messageStop", "metadata"}
+)
 
 
 def _concat_base64(first: str, second: str) -> str:
@@ -52,11 +58,18 @@ class ConverseStreamAssembler(Assembler):
         self._message: dict[str, Any] | None = None
         self._blocks: dict[int, dict[str, Any]] = {}  # contentBlockIndex -> block
         self._top: dict[str, Any] = {}
+        self._closing: set[str] = set()  # which of messageStop / metadata came
+
+    def end(self) -> None:
+        """The body ended: a ``messageStop`` without ``metadata`` is a complete message."""
+        self.done = self.done or "messageStop" in self._closing
 
     def apply(self, name: str | None, data: Any) -> str:
         kind = name or "unknown"
         if not isinstance(data, dict):
             return kind
+        if self._message is None and kind in _CONVERSE_EVENTS and kind != "messageStart":
+            self._message = {"role": "assistant"}  # the upstream sent no messageStart
         if kind == "messageStart":
             self._message = {"role": data.get("role", "assistant")}
             self._blocks = {}
@@ -70,7 +83,8 @@ class ConverseStreamAssembler(Assembler):
             self._delta(self._block(data.get("contentBlockIndex")), as_dict(data.get("delta")))
         elif kind in ("messageStop", "metadata"):
             self._top.update(copy_json(data))
-            self.done = self.done or kind == "metadata"  # metadata is the last event
+            self._closing.add(kind)
+            self.done = self.done or len(self._closing) == 2  # both, in either order
         return kind
 
     def _block(self, index: Any) -> dict[str, Any]:
@@ -180,10 +194,26 @@ def _frame_error(frame: Frame) -> dict[str, Any]:
 
 
 class ConverseStreamDecoder(_FramedStreamDecoder):
-    """ConverseStream bytes -> events; ``message()`` is the Converse response."""
+    """ConverseStream bytes -> events; ``message()`` is the Converse response. ``feed(b"")``
+    ends the body (raises ``EventStreamError`` when it ended inside a frame)."""
 
     def __init__(self) -> None:
-        super().__init__(ConverseStreamAssembler())
+        self._converse = ConverseStreamAssembler()
+        super().__init__(self._converse)
+        self._unclaimed = bytearray()  # bytes fed that no whole frame holds yet
+
+    def feed(self, data: bytes) -> list[Event]:
+        self._unclaimed += data
+        events = super().feed(data)
+        del self._unclaimed[: sum(len(event.raw) for event in events)]
+        if not data:
+            self._converse.end()  # not reached when the body broke off inside a frame
+        return events
+
+    @property
+    def rest(self) -> bytes:
+        """The bytes after the last whole frame: once the body ended, a frame it broke off inside."""
+        return bytes(self._unclaimed)
 
 
 METRICS = "amazon-bedrock-invocationMetrics"

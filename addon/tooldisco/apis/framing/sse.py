@@ -48,6 +48,8 @@ class SSEDecoder:
         self._last_id: str | None = None
         self._retry: int | None = None
         self._pending = False
+        #: Bytes after the stream's last event (blank lines, comments), once ``feed(b"")`` ended it.
+        self.tail = b""
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         if not data:
@@ -127,6 +129,8 @@ class SSEDecoder:
                 events.append(event)
         if (event := self._dispatch()) is not None:
             events.append(event)
+        self.tail += bytes(self._raw)  # blank lines or comments after the last event
+        self._raw.clear()
         return events
 
     def _line(self, line: bytes) -> SSEEvent | None:
@@ -166,6 +170,32 @@ class SSEDecoder:
         self._event, self._data, self._retry, self._pending = None, [], None, False
         self._raw.clear()
         return event
+
+
+def reframe(raw: bytes, data: str) -> bytes:
+    """The event ``raw`` (its exact wire bytes) with its data replaced by ``data``, its other lines
+    as they came: the ``event:`` line or its absence, ``id:``, comments, blank lines before it,
+    and its line ends. Why: a changed event must keep the framing the stream chose (data-only
+    SSE, CRLF), or the client's reader sees another stream than the upstream's."""
+    lines = raw.splitlines(keepends=True)
+    out = bytearray()
+    done = False
+    end = b"\n"
+    for line in lines:
+        body = line.rstrip(b"\r\n")
+        if line != body:
+            end = line[len(body):]
+        if body.startswith(b"data"):
+            if not done:
+                out += b"".join(b"data: " + part.encode("utf-8") + end for part in re.split(r"\r\n|\r|\n", data))
+                done = True
+            continue
+        out += line
+    if not done:
+        return encode_event(data)
+    if not out.endswith(end + end):  # an event the upstream left unterminated is ended here
+        out += end
+    return bytes(out)
 
 
 def encode_event(

@@ -3,8 +3,12 @@ loop as one live client stream.
 
 Gemini has no start or stop event: every chunk is a whole GenerateContentResponse, a function
 call arrives whole as one part, and the chunk carrying ``finishReason`` ends the round. What
-the client sees (see ``base`` for the contract):
+the client sees (see ``base`` for the rule and the contract):
 
+- A round that has hidden nothing (round 1, no phantom or dispatcher call yet) passes every
+  chunk as its bytes at once, the finishing one included, and the bytes after its last chunk
+  (the array's ``]``, SSE blank lines): a stream without a search is the upstream's, byte for
+  byte, however it ends.
 - Each chunk as it arrives, minus the phantom's ``functionCall`` parts; a chunk left with
   nothing to show is dropped. When a phantom part carried the step's ``thoughtSignature``, the
   next visible call gets Google's documented stand-in, as ``GeminiAdapter.strip`` does (Gemini 3
@@ -12,22 +16,25 @@ the client sees (see ``base`` for the contract):
 - Call-through (``dispatch``): a dispatcher's ``functionCall`` part goes out as a call of the
   real tool it stands for (its id and signature kept), or is hidden like the phantom's when it
   stands for none (the loop answers it).
-- The chunk with ``finishReason``, and any after it, is held: ``next_round`` sends its parts
-  without ``finishReason`` and usage, ``finish`` sends it whole. ``finishReason`` is ``STOP``
-  for calls too, so it never needs fixing.
+- Once a round hid or rewrote a call (and in every round after the first), the chunk with
+  ``finishReason`` is held while the runner decides, with every chunk after it, in order:
+  ``next_round`` sends their parts without ``finishReason`` and usage, ``finish`` sends them
+  whole. ``finishReason`` is ``STOP`` for calls too, so it never needs fixing.
 - ``usageMetadata`` is the round's running total on every chunk: from round 2 on, the earlier
   rounds' totals are added to each (details by modality, ``GeminiAdapter.merge``'s rule), so the
   client's counts only grow and the last is the sum. ``responseId`` is round 1's.
 - The JSON array keeps its framing: ``[`` as soon as the upstream opens its array (as a plain
   proxy passes it: the client's first byte does not wait for a round whose only element is a
-  search), ``,`` between the elements the client gets, the upstream's own ``]`` at the end. An
-  unchanged chunk goes out as its bytes.
+  search), ``,`` between the elements the client gets, the upstream's own ``]`` at the end (the
+  API's when a stitched stream's last round did not close its array). An unchanged chunk goes
+  out as its bytes.
 
 Errors are ``{"error": {code, message, status}}`` chunks (an SSE event or an array element):
 google-genai raises ``ClientError``/``ServerError`` (by ``code``) for a chunk whose JSON starts
-with ``{"error":``. An upstream one is passed on at once and ends the client stream (the array
-closed after it); ``fail`` sends one: the upstream's own error object when the failure body
-holds one, else the canonical status for the HTTP status.
+with ``{"error":``. An upstream one is passed on at once (after what was held before it) and the
+rest of the round passes as it came; nothing is added, not even the array's end. ``fail`` sends
+one: the upstream's own error object when the failure body holds one, else the canonical status
+for the HTTP status.
 """
 
 from __future__ import annotations
@@ -117,8 +124,9 @@ class GeminiStitcher(Stitcher):
         self._client = GeminiStreamDecoder()  # fed the chunks the client gets (``shown``)
         self._unsigned: set[int] = set()  # candidates whose hidden call held the step's signature
         self._ranks: dict[int, int] = {}  # candidate -> its calls so far this round (``call_of``'s rank)
-        self._held: list[tuple[Event, dict[str, Any] | None]] = []  # the finishing chunk and any after it, as shown
-        self._tail = bytearray()  # array form: the bytes after the round's last element (its "]")
+        self._hid = False  # this round hid or rewrote a call: its finishing chunk waits for the runner
+        self._held: list[tuple[Event, Any]] = []  # the finishing chunk and all after it, as shown (None: hidden)
+        self._rest = b""  # how the round's body ended: the bytes after its last chunk (the array's "]")
         self._round_usage: Any = None  # the round's final usageMetadata
         self._earlier: dict[str, Any] | None = None  # usage summed over the rounds before this one
         self._response_id: Any = None  # round 1's responseId
@@ -127,22 +135,27 @@ class GeminiStitcher(Stitcher):
         self._elements = False  # array form: an element went out (the next one follows a ",")
 
     def feed(self, data: bytes) -> bytes:
-        if not self.sse:
-            self._tail += data
-            if not self._opened and self._tail.lstrip()[:1] == b"[":
-                self._opened = True
-                self._out += b"["
         events = self._decoder.feed(data)
-        if not self.sse:
-            for event in events:
-                del self._tail[: len(event.raw)]
+        if not self.sse and not self._opened and self._decoder.sse is False:
+            # The upstream's "[" (and what came before it) goes out at once, as a plain proxy passes it.
+            head = self._decoder.rest if not events else events[0].raw
+            self._out += head[: head.index(b"[") + 1]
+            self._opened = True
         return self._take() + self._relay(events)
 
     def end_round(self) -> RoundEnd:
-        # An SSE event the upstream left unterminated lacks its blank line: re-encoded (raw b"");
-        # a truncated array element (not JSON) is dropped.
-        flushed = [Event(e.type, e.data, b"") for e in self._decoder.feed(b"") if isinstance(e.data, dict)]
-        self._out += self._relay(flushed)
+        # Untouched (or after an error): what the body ended with passes as it came. Else an SSE
+        # event the upstream left unterminated is re-encoded (raw b""); a truncated array element
+        # (not JSON) is dropped.
+        plain = self.untouched or self._errored
+        flushed = [e if plain else Event(e.type, e.data, b"") for e in self._decoder.feed(b"")
+                   if plain or isinstance(e.data, dict)]
+        out = self._relay(flushed)
+        if plain:  # with the body's last bytes, for ``finish`` (``fail`` must not follow a half event)
+            self._rest = out + self._decoder.rest
+        else:
+            self._out += out
+            self._rest = self._decoder.rest
         try:
             message: dict[str, Any] | None = self._decoder.message()
         except (StreamError, IncompleteStream):
@@ -152,27 +165,29 @@ class GeminiStitcher(Stitcher):
 
     def next_round(self) -> None:
         super().next_round()
+        self._ended = self._ended or self._errored  # the upstream's error ended the client stream
         for event, shown in self._held:
-            chunk = _without_closing(shown) if shown is not None else None
-            if chunk is not None and _shows_something(chunk):
+            if shown is None:  # only what the round hid
+                continue
+            if not isinstance(shown, dict):  # a chunk we do not understand: in its place
+                self._out += self._frame(event, shown)
+            elif _shows_something(chunk := _without_closing(shown)):
                 self._out += self._frame(event, chunk)
         if isinstance(self._round_usage, dict):
             self._earlier = _plus(self._earlier, self._round_usage)
         self._decoder = GeminiStreamDecoder()
-        self._unsigned, self._held, self._round_usage, self._ranks = set(), [], None, {}
-        self._tail.clear()
+        self._unsigned, self._held, self._round_usage, self._ranks, self._hid = set(), [], None, {}, False
+        self._rest = b""
 
     def finish(self) -> bytes:
         out = self._take()
         if self._ended:
             return out
         self._ended = True
-        for event, shown in self._held:
-            if shown is not None:
-                out += self._frame(event, shown)
-        if self.sse:
-            return out
-        end = bytes(self._tail) if _ARRAY_END.fullmatch(self._tail) else _END
+        out += self._release()
+        if self.sse or self.untouched or self._errored:  # blank lines, or the array's end, as they came
+            return out + self._rest
+        end = self._rest if _ARRAY_END.fullmatch(self._rest) else _END
         return out + (b"" if self._opened else b"[") + end
 
     def fail(self, failure: Failure) -> bytes:
@@ -180,26 +195,44 @@ class GeminiStitcher(Stitcher):
         if self._ended:
             return out
         self._ended = True
+        if self._errored:  # the upstream's own error went out already
+            return out
         error = dumps({"error": error_object(failure)})
         if self.sse:
             return out + encode_event(error, newline=SSE_NEWLINE)
         return out + (_SEPARATOR if self._elements else b"" if self._opened else b"[") + error.encode("utf-8") + _END
 
+    def _release(self) -> bytes:
+        """The held chunks whole, in their order (the stream ends here)."""
+        out = bytearray()
+        held, self._held = self._held, []
+        for event, shown in held:
+            if shown is not None:
+                out += self._frame(event, shown)
+        return bytes(out)
+
     def _pass(self, event: Event) -> bytes:
         """The client bytes for one upstream chunk (``b""``: held or hidden)."""
         data = event.data
-        if event.type == "error":
-            self._error, self._ended = data, True
-            return self._frame(event, data) + (b"" if self.sse else _END)  # the provider's own, as it came
-        if not isinstance(data, dict):
+        if self._errored:  # after the upstream's error: as it came
             return self._frame(event, data)
-        if self.rounds == 1 and self._response_id is None:
-            self._response_id = data.get("responseId")
-        shown = self._shown(data)
-        if self._held or _finishes(data):
+        if event.type == "error":
+            self._error, self._errored = data, True
+            return self._release() + self._frame(event, data)  # the provider's own, as it came
+        if not isinstance(data, dict):
+            shown: Any = data
+        else:
+            if self.rounds == 1 and self._response_id is None:
+                self._response_id = data.get("responseId")
+            shown = self._shown(data)
+        if self._held or (isinstance(data, dict) and _finishes(data) and (self._hid or self.rounds > 1)):
             self._held.append((event, shown))
+            self._touched = True
             return b""
-        return b"" if shown is None else self._frame(event, shown)
+        if shown is None:
+            self._touched = True
+            return b""
+        return self._frame(event, shown)
 
     def _shown(self, chunk: dict[str, Any]) -> dict[str, Any] | None:
         """``chunk`` as the client sees it (``chunk`` itself when nothing changes): phantom
@@ -234,6 +267,8 @@ class GeminiStitcher(Stitcher):
             call = part.get("functionCall") if isinstance(part, dict) else None
             if isinstance(call, dict):
                 rank = self._ranks[key] = self._ranks.get(key, -1) + 1
+                if call.get("name") == self.phantom or (self.dispatch and call.get("name") == self.dispatch.name):
+                    self._hid = True
                 if call.get("name") == self.phantom or (real := self._real(call, rank)) is None:
                     if "thoughtSignature" in part:
                         self._unsigned.add(key)
@@ -261,6 +296,7 @@ class GeminiStitcher(Stitcher):
         """``data`` in the client's framing: the upstream's bytes when it is the event's own
         unchanged payload and they are whole, else re-encoded."""
         unchanged = data is event.data and bool(event.raw)
+        self._touched = self._touched or not unchanged
         self._show(event.type, data)
         if self.sse:
             return event.raw if unchanged else encode_event(dumps(data), newline=SSE_NEWLINE)

@@ -193,6 +193,13 @@ class GeminiStreamDecoder(AssembledDecoder):
         self._sse: SSEDecoder | None = None
         self._array: JSONArrayDecoder | None = None
         self._head = b""  # leading whitespace seen before the framing is known
+        self._unclaimed = bytearray()  # bytes fed that no event holds yet
+
+    @property
+    def rest(self) -> bytes:
+        """The bytes after the last event: once the body ended, what followed its last chunk (the
+        array's ``]``, whitespace, SSE blank lines or comments)."""
+        return bytes(self._unclaimed)
 
     @property
     def sse(self) -> bool | None:
@@ -200,6 +207,12 @@ class GeminiStreamDecoder(AssembledDecoder):
         return None if self._sse is None and self._array is None else self._sse is not None
 
     def feed(self, data: bytes) -> list[Event]:
+        self._unclaimed += data
+        events = self._feed(data)
+        del self._unclaimed[: sum(len(event.raw) for event in events)]
+        return events
+
+    def _feed(self, data: bytes) -> list[Event]:
         if self._sse is None and self._array is None:
             data, self._head = self._head + data, b""
             if not data.lstrip():

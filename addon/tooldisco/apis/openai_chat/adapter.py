@@ -93,12 +93,16 @@ def _edit_calls(message: dict[str, Any], edit: Callable[[dict[str, Any]], dict[s
             choices.append(choice)
             continue
         choice = dict(choice)
+        if "message" not in choice:  # a choice without a message (a content filter's) stays so
+            choices.append(choice)
+            continue
         msg = dict(as_dict(choice.get("message")))
-        kept = [e for tc in _calls_of(msg) if (e := edit(tc)) is not None]
-        if msg.get("tool_calls") is not None:
+        calls = _calls_of(msg)
+        kept = [e for tc in calls if (e := edit(tc)) is not None]
+        if msg.get("tool_calls") is not None and (len(kept) < len(calls) or kept != calls):
             if kept:
                 msg["tool_calls"] = kept
-            else:
+            else:  # every call was hidden: none is left to show, and the stop says so
                 msg.pop("tool_calls")
                 if choice.get("finish_reason") == "tool_calls":
                     choice["finish_reason"] = "stop"
@@ -250,11 +254,13 @@ class OpenAIChatAdapter(AdapterDefaults):
             last = dict(choices[0])
             msg = dict(as_dict(last.get("message")))
             texts = [text for r in rounds if isinstance(text := _first_message(r).get("content"), str) and text]
-            msg["content"] = "\n\n".join(texts) if texts else msg.get("content")
+            if texts or "content" in msg:  # a message the last round left without text keeps none
+                msg["content"] = "\n\n".join(texts) if texts else msg.get("content")
             calls = [tc for r in rounds for tc in as_list(_first_message(r).get("tool_calls"))]
             if calls:
                 msg["tool_calls"] = calls
-            last["message"] = msg
+            if msg or "message" in last:  # a choice without a message (a content filter's) stays so
+                last["message"] = msg
             out["choices"] = [last, *choices[1:]]
         usage = sum_usage(r.get("usage") for r in rounds)
         if usage is not None:

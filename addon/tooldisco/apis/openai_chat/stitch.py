@@ -46,7 +46,7 @@ from tooldisco.core.types import ToolCall
 from tooldisco.apis.common import openai_error_object, parse_arguments, sum_usage
 from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, as_dict, as_list, dumps
 from tooldisco.apis.openai_chat.stream import DONE, ChatCompletionStreamDecoder
-from tooldisco.apis.framing.sse import encode_event
+from tooldisco.apis.framing.sse import encode_event, reframe
 from tooldisco.apis.base import Failure, RoundEnd, Stitcher
 from tooldisco.apis.base import Dispatcher
 
@@ -86,6 +86,7 @@ class ChatStitcher(Stitcher):
         self._hidden: set[int] = set()  # choices with a phantom call this round
         self._shown: set[int] = set()  # choices with a visible call this round
         self._round_texted: set[int] = set()  # choices with content this round
+        self._round_roled: set[int] = set()  # choices whose role this round was taken out
         self._held: list[tuple[Event, Any]] = []  # closing events, as the client would get them
         self._dispatching: dict[int, _Dispatching] = {}  # choice -> its dispatcher call still arriving
         self._whole: list[tuple[int, dict[str, Any]]] = []  # (choice, real call fragment) to send next
@@ -97,13 +98,18 @@ class ChatStitcher(Stitcher):
         return self._take()
 
     def end_round(self) -> RoundEnd:
-        # A blank line first ends an event the upstream left open, so whatever the client
-        # gets next starts an event of its own; it changes nothing the decoder assembles.
-        # Such an event was cut off: its text is no JSON the client could parse (the SDK
-        # would raise on it before it read the error that follows), so it does not go out.
-        for event in self._decoder.feed(b"\n\n") + self._decoder.feed(b""):
-            if isinstance(event.data, dict) or event.type in ("done", "error"):
+        if self.untouched:  # an event the upstream left open goes as it came, and what followed it
+            for event in self._decoder.feed(b""):
                 self._route(event)
+            self._out += self._decoder.tail
+        else:
+            # A blank line first ends an event the upstream left open, so whatever the client
+            # gets next starts an event of its own; it changes nothing the decoder assembles.
+            # Such an event was cut off: its text is no JSON the client could parse (the SDK
+            # would raise on it before it read the error that follows), so it does not go out.
+            for event in self._decoder.feed(b"\n\n") + self._decoder.feed(b""):
+                if isinstance(event.data, dict) or event.type in ("done", "error"):
+                    self._route(event)
         for choice in list(self._dispatching):  # a round that ended without finishing its choice
             self._dispatched(choice)
         self._send_whole()
@@ -120,9 +126,9 @@ class ChatStitcher(Stitcher):
     def finish(self) -> bytes:
         if self._ended:
             return self._take()
-        if not self._decoder.done:  # never an empty success
+        if not self._decoder.done and not self.untouched and not self._errored:  # never an empty success
             return self.fail(Failure(502, message="upstream stream ended early"))
-        for event, chunk in self._held:
+        for event, chunk in self._held:  # in the order they came
             self._emit(event, chunk)
         self._ended = True
         return self._take()
@@ -140,20 +146,25 @@ class ChatStitcher(Stitcher):
         if self._ended:
             return
         data = event.data
-        if event.type == "error":  # the upstream's own: as it came, then the end
-            self._show(None, data)
-            self._out += event.raw + encode_event(DONE)
-            self._ended = True
-        elif event.type == "done":
-            self._held.append((event, data))
-        elif not isinstance(data, dict) or data.get("object", _CHUNK) != _CHUNK:
-            self._show(None, data)
-            self._out += event.raw  # keep-alive text, Azure content-filter side chunks
-        elif (chunk := self._client_chunk(data)) is not None:
-            if _closes(chunk):
-                self._held.append((event, chunk))
-            else:
-                self._emit(event, chunk)
+        if self._errored:  # after the upstream's error, the rest of its round as it came
+            self._emit(event, data)
+            return
+        chunk: Any = data
+        if event.type == "error":  # the upstream's own: as it came; what it sends after it too
+            self._errored = True
+        elif event.type != "done" and isinstance(data, dict) and data.get("object", _CHUNK) == _CHUNK:
+            chunk = self._client_chunk(data)
+            if chunk is None:  # only hidden fragments were in it
+                self._touched = True
+                return
+        # Keep-alive text, Azure content-filter side chunks and unknown events pass where they came.
+        closes = event.type == "done" or (isinstance(chunk, dict) and _closes(chunk))
+        if self._held or (closes and (self.rounds > 1 or self._hidden or self._dispatching or self._whole)):
+            # The round hid a call (or holds a dispatcher call still arriving): its end waits for
+            # the runner, and so does all after it, in order.
+            self._held.append((event, chunk))
+        else:
+            self._emit(event, chunk)
 
     def _client_chunk(self, data: dict[str, Any]) -> dict[str, Any] | None:
         """The chunk as the client gets it; None when only hidden fragments were in it."""
@@ -182,8 +193,11 @@ class ChatStitcher(Stitcher):
             index = 0  # where the decoder puts a choice without a number for its index
         out = dict(choice)
         delta = out["delta"] = dict(choice["delta"])
-        if self.rounds > 1:
-            delta.pop("role", None)  # round 1 set it; the SDK would append this one
+        if self.rounds > 1 and index not in self._round_roled and "role" in delta:
+            # Round 1 set it; the SDK appends a role, so the next round's first one goes (a
+            # provider that repeats it on every chunk repeats it to the client as before).
+            self._round_roled.add(index)
+            delta.pop("role")
         calls = delta.get("tool_calls")
         if isinstance(calls, list) and calls:
             visible = [c for c in (self._client_call(index, call) for call in calls) if c is not None]
@@ -259,13 +273,20 @@ class ChatStitcher(Stitcher):
             chunk = {**self._envelope, "choices": [{"index": choice, "delta": {"tool_calls": [fragment]},
                                                     "finish_reason": None}]}
             self._show(None, chunk)
+            self._touched = True
             self._out += encode_event(dumps(chunk))
         self._whole = []
 
     def _release_held(self) -> None:
-        """The round goes on: held closing chunks are dropped but for a visible delta they carried."""
-        for _, chunk in self._held:
-            choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        """The round goes on: held closing chunks are dropped but for a visible delta they carried;
+        what else came after them (a moderation chunk, keep-alive text) goes out in its place."""
+        for event, chunk in self._held:
+            if event.type == "done":
+                continue
+            if not (isinstance(chunk, dict) and _closes(chunk)):
+                self._emit(event, chunk)
+                continue
+            choices = chunk.get("choices")
             kept = [
                 {**c, "delta": delta, "finish_reason": None}
                 for c in as_list(choices)
@@ -280,7 +301,11 @@ class ChatStitcher(Stitcher):
     # -- what the client sees --------------------------------------------------------------
     def _emit(self, event: Event, chunk: Any) -> None:
         self._show(None, chunk)
-        self._out += event.raw if chunk is event.data or chunk == event.data else encode_event(dumps(chunk))
+        if chunk is event.data or chunk == event.data:
+            self._out += event.raw
+        else:  # changed: its data in the event's own framing
+            self._touched = True
+            self._out += reframe(event.raw, dumps(chunk)) if event.raw else encode_event(dumps(chunk))
 
     def _message(self) -> dict[str, Any] | None:
         """The round's completion as the decoder assembles it (None before it started or

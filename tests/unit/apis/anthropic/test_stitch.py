@@ -171,10 +171,17 @@ def test_a_truncated_round_ends_with_an_api_error() -> None:
     check_grammar(events[:-1], closed=False)
 
 
-def test_a_round_one_that_never_started_still_ends_with_an_error() -> None:
-    client, ends = drive(A, [b"event: message_start\ndata: {\"type\":\"mess"])
+def test_a_round_one_that_never_started_ends_as_the_upstream_ended_it() -> None:
+    cut = b"event: message_start\ndata: {\"type\":\"mess"
+    client, ends = drive(A, [cut])
     assert ends[0].message is None and not ends[0].complete
-    assert sse_events(client) == [EARLY_END]
+    assert client == cut  # nothing was changed: nothing is added
+
+
+def test_a_cut_round_after_a_hidden_search_still_ends_with_an_error() -> None:
+    client, ends = drive(A, [API.rounds["search"], b"event: message_start\ndata: {\"type\":\"mess"])
+    assert ends[-1].message is None and not ends[-1].complete
+    assert sse_events(client)[-1] == EARLY_END
     with pytest.raises(anthropic_sdk.APIStatusError):
         anthropic_final(client)
 

@@ -17,7 +17,7 @@ import pytest
 from tests.support.streams import fixture
 from tooldisco.apis.base import Failure
 from tooldisco.apis.bedrock.stream import encode_converse
-from tooldisco.apis.framing.eventstream import EventStreamDecoder, EventStreamError
+from tooldisco.apis.framing.eventstream import EventStreamDecoder, EventStreamError, encode_frame
 
 from tests.support.stitch import CHUNKERS, P, Chunker, chunker_id, drive, every_byte, stitched, whole
 from tests.support.stitch_bedrock_converse import (
@@ -109,9 +109,11 @@ def test_frames_go_out_with_the_feed_that_completes_them() -> None:
 
 
 def test_an_exception_frame_in_round_two_reaches_boto3_as_it_came() -> None:
-    client, ends = drive(C, [API.rounds["search"], b"".join(API.error_round)], every_byte)
+    """The exception frame as it came, and what the upstream sent after it too: nothing added."""
+    upto_error, after = API.error_round
+    client, ends = drive(C, [API.rounds["search"], upto_error + after], every_byte)
     assert ends[-1].error == {"type": "throttlingException", "message": WAIT}
-    assert client.endswith(EXCEPTION)
+    assert client.endswith(EXCEPTION + after)
     with pytest.raises(botocore.exceptions.EventStreamError) as raised:
         boto3_view(client)
     assert raised.value.response["Error"] == {"Code": "throttlingException", "Message": WAIT}
@@ -165,10 +167,58 @@ def test_a_round_ending_inside_a_frame_ends_with_an_internal_server_exception() 
     assert json.loads(sent[-1].payload) == {"message": "upstream stream ended early"}
 
 
-def test_a_round_without_metadata_is_incomplete() -> None:
-    round1 = b"".join(f.raw for f in frames(bedrock(ANSWER_TEXT)) if f.event_type != "metadata")
-    client, ends = drive(C, [round1])
-    assert not ends[0].complete and ends[0].message is not None
+def without_metadata(m: dict) -> bytes:
+    return b"".join(f.raw for f in frames(bedrock(m)) if f.event_type != "metadata")
+
+
+def metadata_first(m: dict) -> bytes:
+    """``m`` with ``metadata`` before ``messageStop``, as some real streams send them."""
+    sent = frames(bedrock(m))
+    return b"".join(f.raw for f in sent[:-2] + [sent[-1], sent[-2]])
+
+
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=chunker_id)
+@pytest.mark.parametrize("shape", [without_metadata, metadata_first])
+def test_a_round_ending_after_message_stop_without_metadata_or_before_it_is_complete(shape, chunker) -> None:
+    body = shape(ANSWER_TEXT)
+    client, ends = drive(C, [body], chunker)
+    assert ends[0].complete and client == body  # passed as it came, nothing made up
+    client, ends = drive(C, [API.rounds["search"], body], chunker)
+    assert ends[-1].complete and ends[-1].message is not None
+    sent = boto3_view(client)
+    closing = [name for name, _ in sent if name in ("messageStop", "metadata")]
+    assert closing == [f.event_type for f in frames(body) if f.event_type in ("messageStop", "metadata")]
+    merged = expected([SEARCH_1, ANSWER_TEXT])
+    if shape is without_metadata:  # no metadata made up: the client reads no usage
+        merged = {k: v for k, v in merged.items() if k not in ("usage", "metrics")}
+    assert decode(client) == merged
+
+
+def decode(body: bytes) -> dict:
+    decoder = C.decoder()
+    decoder.feed(body)
+    decoder.feed(b"")
+    return decoder.message()
+
+
+def test_a_round_is_complete_only_once_both_closing_frames_came_or_the_body_ended() -> None:
+    sent = frames(bedrock(ANSWER_TEXT))
+    decoder = C.decoder()
+    decoder.feed(b"".join(f.raw for f in sent[:-1]))  # messageStop, not yet metadata
+    assert not decoder.done
+    decoder.feed(b"")
+    assert decoder.done
+    decoder = C.decoder()
+    decoder.feed(b"".join(f.raw for f in sent[:-2] + [sent[-1]]))  # metadata, not yet messageStop
+    assert not decoder.done
+    decoder.feed(b"")
+    assert not decoder.done  # a message never stopped is not complete
+
+
+def test_a_round_without_message_stop_is_incomplete() -> None:
+    round2 = b"".join(f.raw for f in frames(bedrock(ANSWER_TEXT)) if f.event_type != "messageStop")
+    client, ends = drive(C, [API.rounds["search"], round2])
+    assert not ends[-1].complete and ends[-1].message is not None
     assert frames(client)[-1].message_type == "exception"
 
 
@@ -189,3 +239,59 @@ def test_changed_frames_drop_the_padding_and_keep_valid_crcs() -> None:
     renumbered = [f for f in sent if json.loads(f.payload).get("contentBlockIndex", 0) >= 2]
     assert renumbered and all("p" not in json.loads(f.payload) for f in renumbered)
     assert all(f.headers == {":event-type": f.event_type, **EVENT} for f in sent)
+
+
+# -- held frames -------------------------------------------------------------------------------
+
+
+FUTURE = encode_frame({":event-type": "futureEvent", **EVENT}, b'{"x":1}')  # a frame we do not know
+
+
+def with_future_frame(m: dict) -> bytes:
+    """``m`` with an unknown frame between ``messageStop`` and ``metadata``."""
+    sent = frames(bedrock(m))
+    return b"".join(f.raw for f in sent[:-1]) + FUTURE + sent[-1].raw
+
+
+def test_a_round_without_search_passes_its_closing_frames_at_once() -> None:
+    stitcher = C.stitcher(P, "{}")
+    for frame in frames(with_future_frame(ANSWER_TEXT)):
+        assert stitcher.feed(frame.raw) == frame.raw
+    assert stitcher.end_round().complete and stitcher.untouched and stitcher.finish() == b""
+
+
+def test_once_a_round_hid_a_block_every_frame_from_its_first_closing_one_is_held_in_order() -> None:
+    stitcher = C.stitcher(P, "{}")
+    out = stitcher.feed(with_future_frame(SEARCH_1))
+    assert b"messageStop" not in out and FUTURE not in out and b"metadata" not in out
+    assert stitcher.end_round().complete and not stitcher.untouched
+    closing = frames(stitcher.finish())
+    assert [f.event_type for f in closing] == ["messageStop", "futureEvent", "metadata"]
+    assert json.loads(closing[0].payload) == {"stopReason": "end_turn"}  # the client saw no call
+    assert closing[1].raw == FUTURE and closing[2].raw == frames(bedrock(SEARCH_1))[-1].raw  # as they came
+
+
+def test_next_round_drops_the_held_closing_frames_and_sends_the_others() -> None:
+    stitcher = C.stitcher(P, "{}")
+    stitcher.feed(with_future_frame(SEARCH_1))
+    stitcher.end_round()
+    stitcher.next_round()
+    out = stitcher.feed(bedrock(ANSWER_TEXT))
+    assert out.startswith(FUTURE)  # in the place of the closing frames, before round two's
+    stitcher.end_round()
+    names = [f.event_type for f in frames(out + stitcher.finish())]
+    assert names.count("messageStop") == names.count("metadata") == 1 and names[-2:] == ["messageStop", "metadata"]
+
+
+def test_an_exception_after_held_frames_follows_them() -> None:
+    """The held closing frames go out in their place, then the upstream's exception: nothing of
+    the stream is reordered, and nothing is added after it."""
+    sent = frames(bedrock(SEARCH_1))
+    stitcher = C.stitcher(P, "{}")
+    out = stitcher.feed(b"".join(f.raw for f in sent[:-1]))  # up to messageStop: held
+    assert b"messageStop" not in out
+    out = stitcher.feed(EXCEPTION)
+    assert [f.event_type or f.headers[":exception-type"] for f in frames(out)] == ["messageStop", "throttlingException"]
+    assert stitcher.feed(sent[-1].raw) == sent[-1].raw  # after the exception: as it came
+    assert stitcher.end_round().error == {"type": "throttlingException", "message": WAIT}
+    assert stitcher.finish() == b"" and stitcher.fail(Failure(502)) == b""

@@ -25,6 +25,7 @@ from tooldisco.apis.base import Failure
 from tooldisco.apis.gemini import stream as gemini
 from tooldisco.apis.framing.sse import encode_event
 
+from tests.support.call_through import G_DISPATCH
 from tests.support.stitch import CHUNKERS, P, Chunker, chunker_id, drive, every_byte, stitched, whole
 from tests.support.stitch_gemini import (
     ANSWER_CALL,
@@ -217,20 +218,46 @@ def test_usage_is_a_running_total_across_rounds() -> None:
 
 @pytest.mark.parametrize("adapter", FORMS, ids=form_id)
 def test_an_error_chunk_in_round_two_reaches_the_sdk_with_its_code(adapter: GeminiAdapter) -> None:
-    rounds = [realistic(SEARCH_1, adapter.sse), b"".join(with_error(adapter, ANSWER_CALL, OVERLOADED))]
-    client, ends = drive(adapter, rounds, every_byte)
+    """The error goes out with the feed that completes it; what the upstream sends after it
+    passes as it came (the array's own "]" included), and nothing is added."""
+    upto_error, rest = with_error(adapter, ANSWER_CALL, OVERLOADED)
+    client, ends = drive(adapter, [realistic(SEARCH_1, adapter.sse), upto_error + rest], every_byte)
     assert ends[-1].error == OVERLOADED
-    assert elements(adapter, client)[-1] == OVERLOADED
+    if adapter.sse:
+        error = encode_event(json.dumps(OVERLOADED), newline="\r\n")
+    else:
+        error = json.dumps(OVERLOADED, indent=2).encode()
+    assert upto_error.endswith(error) and client.endswith(error + rest)
+    assert OVERLOADED in elements(adapter, client)
     with pytest.raises(genai_errors.ServerError) as raised:
         sdk(adapter, client)
     assert raised.value.code == 503 and raised.value.status == "UNAVAILABLE"
 
 
-def test_the_error_closes_the_array_at_once() -> None:
-    stitcher = ARRAY.stitcher(P, "{}")
-    upto_error, rest = with_error(ARRAY, ANSWER_TEXT, OVERLOADED)
-    assert json.loads(stitcher.feed(upto_error))[-1] == OVERLOADED  # the array is closed at once
-    assert stitcher.feed(rest) == b"" and stitcher.end_round().error == OVERLOADED
+@pytest.mark.parametrize("chunker", CHUNKERS, ids=chunker_id)
+@pytest.mark.parametrize("adapter", FORMS, ids=form_id)
+def test_an_error_chunk_in_round_one_and_all_after_it_pass_as_they_came(adapter: GeminiAdapter,
+                                                                        chunker: Chunker) -> None:
+    stitcher = adapter.stitcher(P, "{}")
+    upto_error, rest = with_error(adapter, ANSWER_TEXT, OVERLOADED)
+    client = b"".join(stitcher.feed(c) for c in chunker(upto_error))
+    assert client == upto_error  # at once: the error with the feed that completes it
+    client += b"".join(stitcher.feed(c) for c in chunker(rest))
+    assert stitcher.end_round().error == OVERLOADED
+    assert client + stitcher.finish() == upto_error + rest  # no end of ours: the array's is the upstream's
+    assert stitcher.finish() == b"" and stitcher.fail(Failure(502)) == b""
+
+
+def test_an_error_chunk_releases_what_was_held_before_it() -> None:
+    """A finishing chunk held (the round hid a call), then an error: both go out, in their order."""
+    finishing = realistic(SEARCH_1, True)
+    error = encode_event(json.dumps(OVERLOADED), newline="\r\n")
+    stitcher = SSE.stitcher(P, "{}")
+    out = stitcher.feed(finishing)
+    assert b"finishReason" not in out  # held: the round hid the search
+    out += stitcher.feed(error)
+    assert out.endswith(error) and b"finishReason" in out
+    assert stitcher.end_round().error == OVERLOADED and stitcher.finish() == b""
 
 
 RATE = {
@@ -305,11 +332,18 @@ def test_a_truncated_round_ends_with_a_502_internal_error(adapter: GeminiAdapter
     assert raised.value.code == 502
 
 
-def test_an_unterminated_last_sse_event_is_re_encoded_whole() -> None:
+def test_an_unterminated_last_sse_event_passes_as_it_came_in_a_plain_round() -> None:
     body = realistic(ANSWER_TEXT, sse=True).removesuffix(b"\r\n\r\n")
     client, ends = drive(SSE, [body], every_byte)
-    assert ends[0].complete and client.endswith(b"\r\n\r\n")
-    assert decoded(client) == ANSWER_TEXT and sdk(SSE, client)[-1]["candidates"][0]["finishReason"] == "STOP"
+    assert ends[0].complete and client == body
+
+
+def test_an_unterminated_last_sse_event_of_a_stitched_round_is_re_encoded_whole() -> None:
+    body = realistic(ANSWER_TEXT, sse=True).removesuffix(b"\r\n\r\n")
+    client, ends = drive(SSE, [realistic(SEARCH_1, True), body], every_byte)
+    assert ends[-1].complete and client.endswith(b"\r\n\r\n")
+    assert decoded(client) == expected([SEARCH_1, ANSWER_TEXT])
+    assert sdk(SSE, client)[-1]["candidates"][0]["finishReason"] == "STOP"
 
 
 def test_an_event_without_json_passes_as_it_came() -> None:
@@ -332,3 +366,63 @@ def test_the_array_opens_at_once_when_round_one_is_only_a_search() -> None:
     stitcher.end_round()
     client += stitcher.finish()
     assert isinstance(json.loads(client), list) and json.loads(client)
+
+
+# -- held chunks -------------------------------------------------------------------------------
+
+
+UNKNOWN = b"data: not json\r\n\r\n"  # an event we do not understand
+
+
+@pytest.mark.parametrize("adapter", FORMS, ids=form_id)
+def test_a_round_without_search_passes_its_finishing_chunk_at_once(adapter: GeminiAdapter) -> None:
+    body = realistic(ANSWER_CALL, adapter.sse)
+    events = gemini.GeminiStreamDecoder().feed(body)
+    stitcher = adapter.stitcher(P, "{}")
+    out = b"".join(stitcher.feed(e.raw) for e in events)
+    assert out == b"".join(e.raw for e in events)  # the finishing chunk with the feed that completed it
+    end = body[len(out):]  # the array's own "]"
+    assert stitcher.feed(end) == b"" and stitcher.end_round().complete and stitcher.untouched
+    assert stitcher.finish() == end
+
+
+def test_chunks_after_the_finishing_one_pass_at_once_in_a_round_without_search() -> None:
+    stitcher = SSE.stitcher(P, "{}")
+    for event in gemini.GeminiStreamDecoder().feed(with_usage_tail(ANSWER_TEXT) + UNKNOWN):
+        assert stitcher.feed(event.raw) == event.raw
+    assert stitcher.end_round().complete and stitcher.finish() == b""
+
+
+def test_once_a_round_hid_a_call_its_finishing_chunk_and_all_after_it_are_held_in_order() -> None:
+    stitcher = SSE.stitcher(P, "{}")
+    round1 = with_usage_tail(SEARCH_1) + UNKNOWN
+    out = stitcher.feed(round1)
+    assert UNKNOWN not in out and b"finishReason" not in out
+    assert stitcher.end_round().complete and not stitcher.untouched
+    rest = stitcher.finish()
+    events = gemini.GeminiStreamDecoder().feed(rest)
+    assert [e.type for e in events] == ["chunk", "chunk", "unknown"] and rest.endswith(UNKNOWN)
+    assert "finishReason" in events[0].data["candidates"][0] and "usageMetadata" in events[1].data
+
+
+def test_next_round_sends_a_held_chunk_it_does_not_understand_in_its_place() -> None:
+    stitcher = SSE.stitcher(P, "{}")
+    stitcher.feed(realistic(SEARCH_1, True) + UNKNOWN)
+    stitcher.end_round()
+    stitcher.next_round()
+    assert stitcher.feed(realistic(ANSWER_TEXT, True)) == UNKNOWN  # round two's only chunk finishes: held
+    stitcher.end_round()
+    assert b"finishReason" in stitcher.finish()
+
+
+@pytest.mark.parametrize("adapter", FORMS, ids=form_id)
+def test_a_round_that_hid_a_dispatcher_call_holds_its_finishing_chunk(adapter: GeminiAdapter) -> None:
+    """Call-through: a round that showed a dispatcher call as its real tool is not the upstream's
+    stream any more, so its closing waits for the runner too."""
+    body = realistic(response("resp_d", [call(G_DISPATCH.name, {"name": "get_weather", "arguments": {}})],
+                              usage(10, 2)), adapter.sse)
+    stitcher = adapter.stitcher(P, "{}", G_DISPATCH)
+    out = stitcher.feed(body)
+    assert b"finishReason" not in out and not stitcher.untouched
+    stitcher.end_round()
+    assert b"finishReason" in stitcher.finish()

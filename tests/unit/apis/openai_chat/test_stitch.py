@@ -235,8 +235,11 @@ def test_an_unterminated_last_event_still_ends_cleanly() -> None:
     cut = b"\n\n".join(ROUND_ANSWER.split(b"\n\n")[:2])  # the content chunk left open, no [DONE]
     out, (end,) = run([cut], every_byte)
     assert not end.complete
+    assert out == cut  # nothing was changed: it ends as the upstream ended it
+    out, ends = run([ROUND_SEARCH, cut], every_byte)  # after a hidden search it ends with an error
+    assert not ends[-1].complete
     *chunks, error, done = payloads(out)
-    assert chunks[-1]["choices"][0]["delta"] == {"content": "It is 21 °C in Zürich — sunny."}
+    assert chunks[-1]["choices"][0]["delta"]["content"].endswith("It is 21 °C in Zürich — sunny.")
     assert error["error"]["message"] == "upstream stream ended early" and done == "[DONE]"
 
 
@@ -295,6 +298,9 @@ def test_a_truncated_round_still_hands_the_loop_what_it_has() -> None:
 
 def test_finish_after_an_incomplete_round_is_never_an_empty_success() -> None:
     stitcher = A.stitcher(P, "{}")
+    stitcher.feed(ROUND_SEARCH)
+    stitcher.end_round()
+    stitcher.next_round()
     assert stitcher.feed(b"") == b""
     assert stitcher.end_round() == RoundEnd(None, False, None)
     out = stitcher.finish()

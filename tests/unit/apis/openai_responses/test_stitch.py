@@ -202,8 +202,8 @@ def test_every_response_object_echoes_the_clients_request(sent: str, echo: dict[
 
 
 def test_an_error_event_in_round_two_is_renumbered_and_nothing_else() -> None:
-    out, ends = run([ROUND_SEARCH, ANSWER_HEAD + error_event(7)], every_byte)
-    assert ends[-1].error == json.loads(error_event(7).split(b"data: ")[1])
+    out, ends = run([ROUND_SEARCH, ANSWER_HEAD + error_event(11)], every_byte)  # the round's next number
+    assert ends[-1].error == json.loads(error_event(11).split(b"data: ")[1])
     assert ends[-1].message is None and not ends[-1].complete
     payloads = check_grammar(out)
     assert payloads[-1] == {**ends[-1].error, "sequence_number": len(payloads) - 1}  # the count, nothing else
@@ -256,9 +256,14 @@ def test_a_truncated_round_fails_with_what_streamed_and_round_ones_usage() -> No
     assert payloads[-1]["response"]["usage"] == usage_of(1000, 800, 50, 30)  # round 1's: round 2 never ended
 
 
-def test_failure_before_any_byte_still_opens_the_stream() -> None:
+def test_an_empty_body_passes_as_it_came() -> None:
     out, (end,) = run([b""])
-    assert end == RoundEnd(None, False, None)
+    assert end == RoundEnd(None, False, None) and out == b""
+
+
+def test_failure_before_any_byte_still_opens_the_stream() -> None:
+    stitcher = R.stitcher(P, BODY)
+    out = stitcher.fail(Failure(502, message="upstream stream ended early"))
     payloads = check_grammar(out)
     assert [p["type"] for p in payloads] == ["response.created", "error", "response.failed"]
     assert payloads[0]["response"]["id"] == payloads[2]["response"]["id"]
