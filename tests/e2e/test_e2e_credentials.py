@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -319,9 +320,16 @@ def session_of(mitm: MitmDump, key: str | None, text: str) -> str:
     seen = len(mitm.records(TELEMETRY, at_least=0))
     method = f":generateContent?key={key}" if key else ":generateContent"
     body = {"contents": [{"role": "user", "parts": [{"text": text}]}], "tools": gemini_tools()}
+    sent = time.time()
     with mitm.httpx_client() as http:
         http.post(GEMINI_URL + method, json=body)
-    return mitm.records(TELEMETRY, at_least=seen + 1, timeout=30.0)[seen]["session"]
+    # This turn's record: the first one begun after it was sent (an earlier turn's may be written later).
+    for _ in range(300):
+        fresh = [r for r in mitm.records(TELEMETRY, at_least=seen + 1, timeout=30.0)[seen:] if r["time"] >= sent]
+        if fresh:
+            return fresh[0]["session"]
+        time.sleep(0.1)
+    raise AssertionError("no telemetry record of the turn")
 
 
 def run_tenants(mitm: MitmDump, fake: FakeProvider, traffic: Traffic) -> None:

@@ -12,7 +12,9 @@ a field violation's path), so it is resent only when it names what the proxy cha
 - a tool field (``tools``, ``tools[3]``, ``toolConfig``, ``function_declarations``,
   ``tool_choice``, ``allowed_tools``…) or one native deferral or call-through adds
   (``defer_loading``, ``tool_reference``, ``tool_search``, ``parametersJsonSchema``);
-- a tool the proxy added, removed or changed in that request, by its exact name;
+- a tool the proxy added, removed or changed in that request, by its exact name; an error
+  about one tool it names by name that the proxy did not change (its schema refused as the
+  client wrote it) is the client's own, even where it points at ``tools[0]``;
 - any other top-level member of the request the proxy changed (``messages`` when hidden
   rounds were restored or added, ``previous_response_id``…), however the API spells it
   (``tool_config`` and ``toolConfig`` are one field).
@@ -46,6 +48,10 @@ _TOOL_FIELDS = re.compile(
     r"|tool_?config|tool_?choice|allowed_?tools|tool_?spec|function_?declarations|" + DEFERRAL_FIELDS.pattern,
     re.IGNORECASE)
 
+# An error about one tool it names: "Invalid schema for function 'get_weather'", "tool
+# 'x' ...", "Function name `x` ...", "functionDeclarations[2].name: 'x'".
+_QUOTED_TOOL = re.compile(r"""\b(?:function|tool)s?(?:\s+name)?\s*[:=]?\s*['"`]([\w.:-]{1,128})['"`]""", re.IGNORECASE)
+
 # A field as errors spell it (``messages[1].role``, ``#/temperature``, ``generation_config``).
 _IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # A tool name as a whole word: letters, digits, ``_`` and ``-`` (every API's name characters,
@@ -69,20 +75,28 @@ def rewrite_named(error: bytes, original: str | bytes, sent: str | bytes, names:
     Cheapest first: the tool fields and the known names are looked for before either body is
     read."""
     text = error_text(error)
-    if (field := _TOOL_FIELDS.search(text)) is not None:
+    if (field := DEFERRAL_FIELDS.search(text)) is not None:
         return field.group()
     words = set(_NAME.findall(text))
     if (name := _named(text, words, names)) is not None:
         return name
     before, after = _members(_str(original)), _members(_str(sent))
     changed = [k for k in before.keys() | after.keys() if before.get(k) != after.get(k)]
-    if changed and (key := _field_named(text, changed)) is not None:
-        return key
     differ: set[str] = set()  # tools forwarded otherwise than the client sent them (dropped, added)
     for key in changed:
         if _norm(key) in _TOOL_MEMBERS:
             differ |= _defined(before.get(key)) ^ _defined(after.get(key))
-    return _named(text, words, differ)
+    if (name := _named(text, words, differ)) is not None:
+        return name
+    if _QUOTED_TOOL.search(text):
+        # The error is about one tool it names (its schema, its name), and not one the proxy
+        # added, deferred or changed: the client's own definition, refused as the client sent it.
+        return None
+    if (field := _TOOL_FIELDS.search(text)) is not None:
+        return field.group()
+    if changed and (key := _field_named(text, changed)) is not None:
+        return key
+    return None
 
 
 def error_text(body: bytes) -> str:

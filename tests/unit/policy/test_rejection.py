@@ -57,8 +57,8 @@ RESENT = {
     "openai chat: a tool's name": openai("Invalid 'tools[3].function.name': string does not match pattern. "
                                          "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'.",
                                          "tools[3].function.name", "invalid_value"),
-    "openai chat: tool_choice": openai("Invalid value for 'tool_choice': function 'get_weather' not found.",
-                                       "tool_choice"),
+    "openai chat: tool_choice naming a deferred tool": openai(
+        f"Invalid value for 'tool_choice': function '{DEFERRED[0]}' not found.", "tool_choice"),
     "openai chat: too many tools": openai("Invalid 'tools': array too long. Expected an array with maximum length "
                                           "128, but got an array with length 300 instead.", "tools", "array_above_max_length"),
     "openai responses: defer_loading": openai("Unknown parameter: 'tools[3].defer_loading'.",
@@ -99,6 +99,14 @@ def test_an_error_naming_the_rewrite_is_the_rewrites(error):
 # --- errors the client's own request gets too: passed ------------------------------------------
 
 PASSED = {
+    # A tool the request never had (the client's own tool_choice): its own request gets the same.
+    "openai chat: tool_choice naming no tool of the request": openai(
+        "Invalid value for 'tool_choice': function 'get_weather' not found.", "tool_choice"),
+    # One client tool's schema, forwarded as the client wrote it.
+    "openai responses: a client tool's schema": openai(
+        "Invalid schema for function 'read_file': In context=(), 'required' is required to be supplied and to be "
+        "an array including every key in properties. Missing 'unit'.", "tools[0].parameters",
+        "invalid_function_parameters"),
     "openai: max_tokens unsupported": openai("Unsupported parameter: 'max_tokens' is not supported with this model. "
                                              "Use 'max_completion_tokens' instead.", "max_tokens", "unsupported_parameter"),
     "openai: temperature unsupported": openai("Unsupported value: 'temperature' does not support 0.2 with this model. "
