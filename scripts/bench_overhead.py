@@ -4,6 +4,7 @@ turn with vs without it.
 
     .venv/bin/python scripts/bench_overhead.py [--requests 200] [--proxy-requests 300] [--sizes 500,5000,20000]
         [--cpu-tools 500] [--cpu-turns 20] [--cpu-rounds 6] [--cpu-apis anthropic,chat,responses,gemini,converse]
+        [--cpu-metrics]
 
 Part 1 times ``Engine.prepare`` (parse, score, session read/write, rewrite) on Anthropic
 bodies with 500, 5,000 and 20,000 tools, per strategy, against the stdlib json floor measured
@@ -24,7 +25,10 @@ each turn with ``--cpu-tools`` tools and no search, in sessions of ``--cpu-sessi
 mitmdump process's CPU time (user + system, every thread: ``psutil``), the client's latency
 and the sequential throughput; every figure against plain mitmdump's in the same run. The
 plain mitmdump streams an event stream as it comes, as the addon does (a two-line script),
-and buffers JSON, as both do.
+and buffers JSON, as both do. ``--cpu-metrics`` runs a third mitmdump beside them, the addon on
+the same config plus ``metrics: {listen: 127.0.0.1:0}`` (Prometheus metrics, ``engine.metrics``),
+in the same alternation, and reports its CPU per turn beside the addon's without metrics; its
+metrics are scraped once at the end, and their request count checked against the turns sent.
 """
 
 from __future__ import annotations
@@ -175,11 +179,35 @@ class Cell:
     turns: int = 0
 
 
-def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turns: int
+def metrics_config(workdir: Path) -> str:
+    """The addon's config (``bench_ttfb.addon_config``) serving its metrics on a free loopback port."""
+    import bench_ttfb
+    import yaml
+
+    cfg = yaml.safe_load(bench_ttfb.addon_config(workdir))
+    cfg["metrics"] = {"listen": "127.0.0.1:0"}
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def scraped_requests(log: Path) -> float | None:
+    """``tooldisco_requests_total`` summed, scraped from the URL the proxy's log names; None: not served."""
+    import httpx
+
+    urls = [line.split("metrics at ", 1)[1].strip() for line in log.read_text(errors="replace").splitlines()
+            if "tool discovery: metrics at " in line]
+    if not urls:
+        return None
+    text = httpx.get(urls[-1], timeout=10, trust_env=False).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("tooldisco_requests_total{"))
+
+
+def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turns: int, metrics: bool = False
               ) -> tuple[dict[tuple[str, str, str], Cell], dict[str, Counter[str]],
                          dict[tuple[str, bool], list[float]], float]:
     """(cells by (api, kind, proxy), the addon's deferral modes per provider, its planning times
-    (telemetry's ``processing_ms``, s) per provider and streaming, load average)."""
+    (telemetry's ``processing_ms``, s) per provider and streaming, load average). ``metrics``: a
+    third proxy, ``addon+metrics``, the addon serving its metrics."""
     import httpx
     import psutil
 
@@ -195,6 +223,9 @@ def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turn
         proxies = {"mitmdump": MitmDump(tmp / "plain", fake.url, script=tmp / "stream_events.py", name="plain"),
                    "addon": MitmDump(tmp / "addon", fake.url, script=ADDON_PATH, config=bench_ttfb.addon_config,
                                      name="addon")}
+        if metrics:
+            proxies["addon+metrics"] = MitmDump(tmp / "metrics", fake.url, script=ADDON_PATH, config=metrics_config,
+                                                name="addon+metrics")
         try:
             for proxy in proxies.values():
                 proxy.start()
@@ -230,8 +261,10 @@ def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turn
                     for key in proxies:  # warm-up: connections, the catalog's first index
                         for _ in range(3):
                             one(key, tag, stream)
+                    keys = list(proxies)
                     for r in range(rounds):
-                        for key in (("mitmdump", "addon") if r % 2 == 0 else ("addon", "mitmdump")):
+                        # Each proxy first in turn (two: the order swapped every round).
+                        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
                             cell = cells[tag, kind, key]
                             c0, w0 = cpu(key), time.perf_counter()
                             cell.latencies += [one(key, tag, stream) for _ in range(turns)]
@@ -245,6 +278,15 @@ def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turn
                     print(f"cpu: {tag} {kind} done", file=sys.stderr, flush=True)
             for client in clients.values():
                 client.close()
+            if metrics:
+                sent, deadline = sessions["addon+metrics"], time.monotonic() + 10
+                # A stream's record closes just after the client read its end: the last may come a moment later.
+                while (counted := scraped_requests(proxies["addon+metrics"].log_path)) != sent \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                print(f"cpu: addon+metrics counted {counted} requests of {sent} sent", file=sys.stderr, flush=True)
+                if counted != sent:
+                    raise RuntimeError(f"the metrics counted {counted} requests, {sent} were sent")
         finally:
             for proxy in proxies.values():
                 proxy.stop()
@@ -267,6 +309,7 @@ def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter
                planning: dict[tuple[str, bool], list[float]], load: float, tools: int, turns: int, rounds: int,
                session_turns: int) -> None:
     rows = []
+    metrics_rows = []
     for tag in dict.fromkeys(k[0] for k in cells):
         mode = ", ".join(m for m, _ in modes.get(PROVIDER[tag], Counter()).most_common()) or "?"
         for kind in KINDS:
@@ -283,6 +326,12 @@ def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter
                          f"{(percentile(addon.latencies, 50) - percentile(plain.latencies, 50)) * 1000:+.1f} / "
                          f"{(percentile(addon.latencies, 95) - percentile(plain.latencies, 95)) * 1000:+.1f}",
                          ratio(plain.wall_total / plain.turns, addon.wall_total / addon.turns)))
+            if (served := cells.get((tag, kind, "addon+metrics"))) is not None:
+                more = served.cpu_total / served.turns - addon.cpu_total / addon.turns
+                metrics_rows.append((tag, kind, p50_p95(addon.cpu, 1000), p50_p95(served.cpu, 1000),
+                                     ratio(served.cpu_total / served.turns, addon.cpu_total / addon.turns),
+                                     f"{more * 1000:+.2f}", p50_p95(served.latencies, 1000),
+                                     ratio(served.cpu_total / served.turns, plain.cpu_total / plain.turns)))
     section(f"CPU per turn of the mitmdump process, {tools} tools, no search, sessions of {session_turns} turns, "
             f"kept-alive client ({rounds} rounds of {turns} turns per proxy, alternating; load average {load:.2f} "
             f"on {os.cpu_count()} CPUs)",
@@ -295,6 +344,15 @@ def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter
             "turns come one at a time); *rest*: the addon's CPU beyond plain's and the planning's median (hooks, "
             "relay, upstream client, stream codecs, loop, telemetry, log line). Acceptance: CPU ≤ 1.5 × plain's, "
             "sequential throughput ≥ 0.9 × plain's.")
+    if metrics_rows:
+        section(f"CPU per turn with Prometheus metrics on (metrics.listen), {tools} tools, same run",
+                ["API", "answer", "addon CPU ms/turn p50 / p95:", "addon+metrics CPU ms/turn p50 / p95:",
+                 "metrics / addon CPU:", "metrics − addon CPU ms:", "addon+metrics latency ms p50 / p95:",
+                 "addon+metrics / plain CPU:"], metrics_rows,
+                "The same turns through a third mitmdump, the addon with `metrics: {listen: 127.0.0.1:0}`: every "
+                "record counted (`Metrics.observe`), the server up, scraped once after the run (its request count "
+                "checked against the turns sent). Compare the difference with the blocks' p50–p95 spread: "
+                "below it, it is noise.")
 
 
 def main() -> None:
@@ -308,6 +366,8 @@ def main() -> None:
     ap.add_argument("--cpu-session-turns", type=int, default=5,
                     help="turns per session in the CPU part (its x-session-id); 1: every turn a new session")
     ap.add_argument("--cpu-apis", default=",".join(CPU_APIS), help="comma-separated, of " + ", ".join(CPU_APIS))
+    ap.add_argument("--cpu-metrics", action="store_true",
+                    help="CPU part: also the addon with metrics.listen set (Prometheus metrics), beside it")
     ap.add_argument("--only", choices=("engine", "proxy", "cpu"), help="run one part only")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -330,7 +390,8 @@ def main() -> None:
                 [(label, f"{rps:.1f}", p50_p95(lat, 1000, 2), ratio(rps, base_rps),
                   ratio(percentile(lat, 50), percentile(base_lat, 50))) for label, rps, lat in rows])
     if args.only in (None, "cpu"):
-        cpu_report(*cpu_bench(args.cpu_tools, args.cpu_turns, args.cpu_rounds, apis, args.cpu_session_turns),
+        cpu_report(*cpu_bench(args.cpu_tools, args.cpu_turns, args.cpu_rounds, apis, args.cpu_session_turns,
+                              args.cpu_metrics),
                    args.cpu_tools, args.cpu_turns, args.cpu_rounds, args.cpu_session_turns)
 
 

@@ -12,4 +12,4 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "addon"))
 from tooldisco.report import page
 
 if __name__ == "__main__":
-    sys.exit(page.main())
+    sys.exit(page.main(prog="scripts/report.py"))

@@ -1,6 +1,6 @@
 """The ``tooldisco`` console script: start the proxy, point agents at it, check a setup.
 
-    tooldisco run [--config PATH] [--web] [mitmdump args...]
+    tooldisco run [--config PATH] [--web] [--metrics [HOST:PORT]] [mitmdump args...]
     tooldisco addon-path                 # mitmdump -s "$(tooldisco addon-path)"
     tooldisco env AGENT                  # eval "$(tooldisco env claude-code)"
     tooldisco doctor [--config PATH]
@@ -32,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from tooldisco import demo
-from tooldisco.config import ConfigError, load_config
+from tooldisco.config import ConfigError, format_listen, load_config, parse_listen
 from tooldisco.core.tenants import tenant_of
 from tooldisco.state.factory import open_store
 from tooldisco.report import page, selector
@@ -42,6 +42,7 @@ ADDON = PACKAGE / "script" / "tool_discovery.py"
 CONFIGS = PACKAGE / "configs"
 DEFAULT_CONFIG = CONFIGS / "tool_discovery.yaml"
 DEFAULT_PROXY = "http://127.0.0.1:8080"
+DEFAULT_METRICS = "127.0.0.1:0"  # tooldisco run --metrics without an address: loopback, any free port
 CA_FILE = "mitmproxy-ca-cert.pem"  # mitmproxy writes its CA there, in its confdir, on first start
 
 
@@ -231,13 +232,17 @@ def _value(args: Sequence[str], *flags: str) -> str | None:
     return None
 
 
-def run_command(config: str, web: bool, extra: Sequence[str]) -> list[str]:
+def run_command(config: str, web: bool, extra: Sequence[str], metrics: str | None = None) -> list[str]:
     """The mitmdump (or mitmweb) command line: loopback unless a host is given, since an open
-    proxy on every interface is not a default."""
+    proxy on every interface is not a default. ``metrics``: ``HOST:PORT`` (already checked) where
+    the addon serves its Prometheus metrics, through its ``tool_discovery_metrics`` option, which
+    takes the place of the config's ``metrics.listen``."""
     args = list(extra)
     if _value(args, "--listen-host") is None:
         args = ["--listen-host", "127.0.0.1", *args]
     cmd = [_tool("mitmweb" if web else "mitmdump"), "-s", str(ADDON), "--set", f"tool_discovery_config={config}"]
+    if metrics is not None:
+        cmd += ["--set", f"tool_discovery_metrics={metrics}"]
     if web:
         if _value(args, "--web-host") is None:
             args = ["--web-host", "127.0.0.1", *args]
@@ -258,7 +263,14 @@ def _run(ns: argparse.Namespace) -> int:
             print(f"tooldisco: {config} needs the {extra!r} extra (missing {', '.join(gone)}): "
                   f"pip install 'tooldisco[{extra}]'", file=sys.stderr)
             return 1
-    cmd = run_command(config, ns.web, args)
+    metrics = None
+    if ns.metrics is not None:
+        try:
+            metrics = format_listen(*parse_listen(ns.metrics, "--metrics"))
+        except ConfigError as e:
+            print(f"tooldisco: {e}", file=sys.stderr)
+            return 2
+    cmd = run_command(config, ns.web, args, metrics)
     host = _value(cmd, "--listen-host") or "127.0.0.1"
     port = _value(cmd, "-p", "--listen-port") or "8080"
     confdir = Path(os.path.expanduser(_value([a.replace("confdir=", "--confdir=") for a in cmd], "--confdir")
@@ -266,7 +278,9 @@ def _run(ns: argparse.Namespace) -> int:
     print(f"tool discovery proxy on http://{host}:{port} with {config}\n"
           f"Point an agent at it: eval \"$(tooldisco env AGENT --proxy http://{host}:{port}"
           f"{'' if confdir == default_confdir() else f' --confdir {confdir}'})\"  (agents: {', '.join(AGENTS)})\n"
-          "Telemetry: one JSON line per request in tool_discovery.jsonl (see README).", file=sys.stderr)
+          "Telemetry: one JSON line per request in tool_discovery.jsonl (see README)."
+          + (f"\nMetrics: Prometheus on {metrics} (the proxy's log names the URL)" if metrics else ""),
+          file=sys.stderr)
     if ns.web and not any("web_password=" in a for a in cmd):
         # The addon masks every ?token= in mitmproxy's log, mitmweb's own URL included: make the
         # token here, give mitmweb only its argon2 hash, and print the URL once.
@@ -398,6 +412,9 @@ def parser() -> argparse.ArgumentParser:
                        description="Every other argument goes to mitmdump/mitmweb (e.g. -p 9000, --mode reverse:URL).")
     r.add_argument("--config", help=f"config file (default: $CONFIG or {DEFAULT_CONFIG})")
     r.add_argument("--web", action="store_true", help="mitmweb instead of mitmdump")
+    r.add_argument("--metrics", nargs="?", const=DEFAULT_METRICS, metavar="HOST:PORT",
+                   help=f"serve Prometheus metrics there (default {DEFAULT_METRICS}: loopback, a free port; "
+                        "the proxy's log names the URL), in place of the config's metrics.listen")
     sub.add_parser("addon-path", help="print the addon script's path: mitmdump -s \"$(tooldisco addon-path)\"")
     e = sub.add_parser("env", help="print the environment lines that point an agent at the proxy")
     e.add_argument("agent", help=", ".join(AGENTS))
@@ -419,9 +436,10 @@ def parser() -> argparse.ArgumentParser:
     who = f.add_mutually_exclusive_group()
     who.add_argument("--key-env", metavar="VAR", help="the environment variable holding the key, e.g. ANTHROPIC_API_KEY")
     who.add_argument("--all", action="store_true", help="every tenant")
-    rep = sub.add_parser("report", help="an HTML report from telemetry files (the report extra)", add_help=False)
+    rep = sub.add_parser("report", add_help=False,
+                         help="money saved and more, from telemetry files: an HTML page (the report extra) or --json")
     rep.add_argument("args", nargs=argparse.REMAINDER,
-                     help="FILE.jsonl... [-o report.html] [--since ...]; --selector first: the api strategy's tables")
+                     help="FILE.jsonl... [-o report.html | --json] [--since ...]; --help: every option")
     return p
 
 

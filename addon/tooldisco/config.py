@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import importlib.util
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -211,6 +212,9 @@ class ToolDiscovery:
     defer: DeferConfig = DeferConfig()
     native: NativeConfig = NativeConfig()
     learning: LearningConfig = LearningConfig()
+    # Warn (once per session) when the client's tool definitions take more than this share of
+    # the model's context window.
+    context_warn_share: float = 0.25
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", Strategy(self.strategy))  # a name given in code is parsed too
@@ -284,12 +288,40 @@ class Telemetry:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """Prometheus metrics (``engine.metrics``) served over HTTP; off while ``listen`` is None."""
+
+    listen: str | None = None  # "HOST:PORT" as parsed (``parse_listen``); port 0: any free port
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) to bind, or None when metrics are off."""
+        return parse_listen(self.listen, "metrics.listen") if self.listen else None
+
+
+@dataclass(frozen=True)
+class Price:
+    """One row of ``prices``: what a model's tokens cost, in US dollars per million tokens."""
+
+    match: tuple[str, ...]  # glob patterns over the request's model (``fnmatch``, case-sensitive)
+    input: float  # the uncached part of the prompt
+    cache_read: float
+    cache_write: float
+    output: float
+
+    def applies(self, model: str) -> bool:
+        return bool(model) and any(fnmatch.fnmatchcase(model, p) for p in self.match)
+
+
+@dataclass(frozen=True)
 class Config:
     tool_discovery: ToolDiscovery = ToolDiscovery()
     hosts: tuple[str, ...] = DEFAULT_HOSTS
     sessions: Sessions = Sessions()
     telemetry: Telemetry = Telemetry()
     planning: Planning = Planning()
+    metrics: MetricsSettings = MetricsSettings()
+    prices: tuple[Price, ...] = ()  # first matching row prices a model; none: the turn is unpriced
     websocket: str = "refuse"  # Codex tries a WebSocket first; refusing makes it use HTTP SSE
     # Largest body (request, or a buffered answer) decoded and processed; a larger one passes
     # as it came. Anthropic's Messages API refuses requests over 32 MB, the largest limit
@@ -300,6 +332,10 @@ class Config:
     def handles_host(self, host: str) -> bool:
         host = host.lower().rstrip(".")
         return any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in self.hosts)
+
+    def price(self, model: str | None) -> Price | None:
+        """The first ``prices`` row whose patterns match ``model``; None: unpriced."""
+        return next((p for p in self.prices if p.applies(model or "")), None)
 
 
 @memoize(4 * MiB)  # keyed by tool names the client picks: bounded by bytes
@@ -337,6 +373,38 @@ def parse_duration(value: Any, key: str) -> float:
     if seconds <= 0:
         raise ConfigError(f"{key}: must be greater than zero, got {value!r}")
     return seconds
+
+
+_HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$")
+
+
+def parse_listen(value: Any, key: str) -> tuple[str, int]:
+    """(host, port) from ``HOST:PORT`` (``[::1]:PORT`` for IPv6) or a bare port, which listens
+    on 127.0.0.1. ``:PORT`` is refused rather than guessed: it reads as every interface to
+    some and as this machine to others."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(f"{key}: expected HOST:PORT (e.g. 127.0.0.1:9464), got {value!r}")
+    text = str(value).strip()
+    if text.isdigit():
+        host, port = "127.0.0.1", text
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or not host:
+            hint = f"127.0.0.1{text} (this machine) or 0.0.0.0{text} (every interface)" if text.startswith(":") \
+                else "127.0.0.1:9464"
+            raise ConfigError(f"{key}: expected HOST:PORT, e.g. {hint}; got {value!r}")
+        if ":" in host and not host.startswith("["):
+            raise ConfigError(f"{key}: an IPv6 host goes in brackets, e.g. [::1]:9464; got {value!r}")
+        if not _HOST.match(host):
+            raise ConfigError(f"{key}: not a host name or address: {host!r}")
+    if not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{key}: the port must be a number from 0 to 65535 (0: any free port), got {port!r}")
+    return host.strip("[]"), int(port)
+
+
+def format_listen(host: str, port: int) -> str:
+    """``HOST:PORT``, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _Section:
@@ -483,6 +551,9 @@ def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
     forced = strategy.search_fallback
     if forced is not None and s.has("enable_search_fallback") and fallback != forced:
         warn(f"{s.path('enable_search_fallback')}: forced to {str(forced).lower()} for strategy {strategy}")
+    warn_share = s.number("context_warn_share", ToolDiscovery.context_warn_share, hi=1.0)
+    if warn_share <= 0:
+        raise ConfigError(f"{s.path('context_warn_share')}: must be greater than 0, got {warn_share}")
     search = s.section("search")
     defer = s.section("defer")
     native = s.section("native")
@@ -528,6 +599,7 @@ def _tool_discovery(s: _Section, warn: Callable[[str], None]) -> ToolDiscovery:
             flush_interval=learning.duration("flush_interval", LearningConfig.flush_interval),
             refresh_interval=learning.duration("refresh_interval", LearningConfig.refresh_interval),
         ),
+        context_warn_share=warn_share,
     )
     search.done()
     defer.done()
@@ -588,6 +660,53 @@ def _redis(s: _Section) -> RedisSettings:
     return redis
 
 
+def _metrics(s: _Section) -> MetricsSettings:
+    s.used.add("listen")
+    value = s.data.get("listen")
+    if isinstance(value, str):
+        value = expand_env(value, s.path("listen"), s.env).strip()
+    listen = format_listen(*parse_listen(value, s.path("listen"))) if value not in (None, "") else None
+    s.done()
+    return MetricsSettings(listen=listen)
+
+
+PRICE_FIELDS = ("input", "cache_read", "cache_write", "output")
+
+
+def _prices(top: _Section) -> tuple[Price, ...]:
+    """``prices``: a list of rows, each ``match`` (a glob or a list of them) and the four prices
+    ($ per million tokens, >= 0). ``input`` and ``output`` are required; a cache price left out
+    is the input price (what those tokens cost uncached)."""
+    top.used.add("prices")
+    rows = top.data.get("prices")
+    if rows is None:
+        return ()
+    if not isinstance(rows, list):
+        raise ConfigError(f"{top.path('prices')}: expected a list of rows "
+                          f"({{match, input, cache_read, cache_write, output}}), got {type(rows).__name__}")
+    out = []
+    for i, row in enumerate(rows):
+        s = _Section(row, f"{top.path('prices')}[{i}]", top.env)
+        match = s.strings("match", ())
+        if not match:
+            raise ConfigError(f"{s.path('match')}: required: a model glob or a list of them, e.g. claude-sonnet-4*")
+        for name in ("input", "output"):
+            if not s.has(name):
+                raise ConfigError(f"{s.path(name)}: required ($ per million tokens)")
+        price_in = _price(s, "input", 0.0)
+        out.append(Price(match=match, input=price_in, cache_read=_price(s, "cache_read", price_in),
+                         cache_write=_price(s, "cache_write", price_in), output=_price(s, "output", 0.0)))
+        s.done()
+    return tuple(out)
+
+
+def _price(s: _Section, name: str, default: float) -> float:
+    value = s.number(name, default, lo=0.0)
+    if not math.isfinite(value):
+        raise ConfigError(f"{s.path(name)}: must be a finite number, got {value}")
+    return value
+
+
 def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
     """Build a Config from parsed YAML; raise ConfigError naming the key on any bad value."""
     env = os.environ if env is None else env
@@ -630,6 +749,8 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
         sessions=sessions,
         telemetry=telemetry,
         planning=planning,
+        metrics=_metrics(top.section("metrics")),
+        prices=_prices(top),
         websocket=top.string("websocket", "refuse", WEBSOCKET_MODES),
         max_body_bytes=top.integer("max_body_bytes", Config.max_body_bytes, lo=64 * 1024),
         warnings=tuple(warnings),

@@ -35,7 +35,7 @@ SMOKE: dict[str, list[str]] = {
                         "--big", "300", "--latency-queries", "5", "--queries", "20", "--cache-dir", "{tmp}/cache"],
     "report_bench": ["--records", "2000", "--dir", "{tmp}/report"],
     "bench_overhead": ["--requests", "5", "--proxy-requests", "5", "--sizes", "50", "--cpu-tools", "30",
-                       "--cpu-turns", "2", "--cpu-rounds", "2", "--cpu-apis", "anthropic,chat"],
+                       "--cpu-turns", "2", "--cpu-rounds", "2", "--cpu-apis", "anthropic,chat", "--cpu-metrics"],
     "profile_proxy": ["--tools", "30", "--turns", "2", "--apis", "anthropic,responses", "--top", "5"],
     "bench_fairness": ["--heavy", "1", "--tools", "200", "--seconds", "2", "--lock", "0.5"],
     "bench_stream_memory": ["--mib", "2", "--after", "0.5"],

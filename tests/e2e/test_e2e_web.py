@@ -272,3 +272,50 @@ def test_the_report_renders_with_its_plots(browser, tmp_path):
         "the report's images never finished loading")
     assert len(sizes) == 6 and all(width > 0 for width in sizes)
     screenshot(browser, tmp_path, "report.png")
+
+
+def test_the_report_leads_with_money(browser, tmp_path):
+    """A small file mixing a record written before the money fields with priced turns of two
+    tenants and agents and a turn whose model has no price: the page, opened as a person would,
+    shows the money figures first and every plot loads."""
+    import json
+    from dataclasses import asdict
+
+    from tooldisco.engine.telemetry import Record
+
+    t0 = 1_780_000_000.0
+    turns = [Record("anthropic", "tool-search", time=t0 + 60, tool_tokens_before=3000, tool_tokens_after=300,
+                    model="claude-sonnet-4", tenant="ab12cd34", agent="claude-code", cost_usd=0.5,
+                    cost_usd_without=0.75, usage={"input": 1000, "cache_read": 6000, "cache_write": 2000, "output": 500},
+                    context_window=200_000, context_share=0.1, upstream=[["client", 200], ["hidden", 200]]),
+             Record("openai_responses", "tool-search", time=t0 + 3600, tool_tokens_before=3000, tool_tokens_after=300,
+                    model="gpt-5", tenant="ef56ab78", agent="codex", cost_usd=0.25, cost_usd_without=0.5,
+                    usage={"input": 2000, "cache_read": 0, "cache_write": 0, "output": 100}, context_share=0.3,
+                    upstream=[["client", 200]], stream=True, passage="untouched"),
+             Record("openai_chat", "relevance", time=t0 + 3700, model="local-llama", tenant="ef56ab78",
+                    usage={"input": 10, "cache_read": 0, "cache_write": 0, "output": 5}, upstream=[["client", 200]])]
+    log, page = tmp_path / "money.jsonl", tmp_path / "report_money.html"
+    log.write_text("\n".join([json.dumps({"provider": "anthropic", "strategy": "tool-search", "time": t0,
+                                          "tool_tokens_before": 4000, "tool_tokens_after": 500}),
+                              *(json.dumps(asdict(r)) for r in turns)]) + "\n")
+    subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "report.py"), str(log), "-o", str(page), "--quiet"],
+                   check=True, capture_output=True)
+    browser.get(page.as_uri())
+    text = shown(browser, "Tool discovery report", "4 record(s)", "Money")
+    assert "Spent $0.7500; without the proxy $1.2500; saved $0.5000 (40.0%)" in text
+    assert "spent without the proxy saved saved % priced turns\n$0.7500 $1.2500 $0.5000 40.0% 2" in text
+    assert "Caching included: 6,000 cache-read tokens (54.5% of input tokens), 2,000 cache-write tokens (18.2%)" in text
+    assert "1 turn of models with no price: local-llama." in text
+    assert "1 record(s) carry no money fields" in text
+    assert text.index("Money") < text.index("Tool tokens (estimated)") < text.index("Per API")
+    for heading in ("Saving over time, per tenant", "Saving over time, per agent", "Tokens by type",
+                    "Tool definitions' share of the context window"):
+        assert heading in text
+    assert "turns median p95 max turns above 0.25\n2 20.0% 29.0% 30.0% 1" in text
+    sizes = WebDriverWait(browser, WAIT).until(
+        lambda d: d.execute_script(
+            "const i = [...document.images]; return i.every(x => x.complete) && i.map(x => x.naturalWidth);"),
+        "the report's images never finished loading")
+    assert len(sizes) == 8 and all(width > 0 for width in sizes)  # no searches, no fallbacks: those say "none"
+    assert "Search latency distribution: none" in text and "Fallbacks by reason: none" in text
+    screenshot(browser, tmp_path, "report_money.png")  # the page's top: the money lead

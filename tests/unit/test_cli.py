@@ -245,3 +245,38 @@ def test_forget_takes_the_key_from_the_environment_or_stdin_never_argv(tmp_path,
     assert cli.main(["forget", "--config", str(config), "--key-env", "MY_KEY"]) == 1
     with pytest.raises(SystemExit):
         cli.main(["forget", "sk-a"])  # a key on the command line is refused
+
+
+@pytest.mark.parametrize("argv, listen, rest", [
+    (["--metrics"], "127.0.0.1:0", []),
+    (["--metrics", "-p", "9000"], "127.0.0.1:0", ["-p", "9000"]),
+    (["--metrics", "9464", "-p", "9000"], "127.0.0.1:9464", ["-p", "9000"]),
+    (["-p", "9000", "--metrics=0.0.0.0:9100"], "0.0.0.0:9100", ["-p", "9000"]),
+    (["--metrics", "[::1]:9464"], "[::1]:9464", []),
+])
+def test_run_with_metrics_sets_the_addons_option(monkeypatch, capsys, argv, listen, rest) -> None:
+    monkeypatch.setattr(cli, "_tool", lambda name: f"/bin/{name}")
+    ran: list[list[str]] = []
+    monkeypatch.setattr(cli.os, "execv", lambda path, cmd: ran.append(cmd))
+    assert cli.main(["run", *argv]) == 0
+    [cmd] = ran
+    assert cmd[5:7] == ["--set", f"tool_discovery_metrics={listen}"]
+    assert cmd[7:] == ["--listen-host", "127.0.0.1", *rest]
+    assert f"Metrics: Prometheus on {listen}" in capsys.readouterr().err
+
+
+def test_run_without_metrics_sets_no_option(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(cli, "_tool", lambda name: f"/bin/{name}")
+    ran: list[list[str]] = []
+    monkeypatch.setattr(cli.os, "execv", lambda path, cmd: ran.append(cmd))
+    assert cli.main(["run"]) == 0
+    assert not any("tool_discovery_metrics" in a for a in ran[0])
+    assert "Metrics:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("addr", [":9464", "localhost", "~d example.com"])
+def test_run_refuses_a_metrics_address_without_a_host_or_port(monkeypatch, capsys, addr) -> None:
+    monkeypatch.setattr(cli, "_tool", lambda name: f"/bin/{name}")
+    monkeypatch.setattr(cli.os, "execv", lambda *a: pytest.fail("started mitmdump"))
+    assert cli.main(["run", "--metrics", addr]) == 2
+    assert capsys.readouterr().err.startswith("tooldisco: --metrics: ")

@@ -56,7 +56,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Protocol, Sequence
 
-from tooldisco.core.types import RequestView, Target, Tool, ToolCall, ToolResult
+from tooldisco.core.types import RequestView, Target, TokenUsage, Tool, ToolCall, ToolResult
 
 
 @dataclass(frozen=True)
@@ -278,6 +278,11 @@ class Answers(Protocol):
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Client-visible rounds (already stripped) into one message, usage summed."""
+        ...
+
+    def usage(self, message: dict[str, Any]) -> TokenUsage | None:
+        """The provider's own usage of one answer (a JSON answer, or a stream assembled into
+        one), split into the four billed parts; None when the answer reports none."""
         ...
 
     def usage_headers(self, message: dict[str, Any]) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Helpers the adapters share: text extraction, schema reading, usage sums."""
+"""Helpers the adapters share: text extraction, schema reading, usage sums and counts."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tooldisco.core.bytecache import MiB, memoize
 from tooldisco.core.catalog import CatalogCache
 from tooldisco.apis import streaming as streams
 from tooldisco.apis.base import OPENAI_ERROR_TYPES, CallThrough, Failure, NativeDeferral, error_kind
-from tooldisco.core.types import RequestView, Tool, ToolCatalog, Unsupported
+from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCatalog, Unsupported
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
 
@@ -501,6 +501,35 @@ def wrap_history(body: str, path: Sequence[str], names: Collection[str], dispatc
         return rewrite(text, dispatcher, hit) if hit else None
 
     return edit_elements(body, path, wrapped)
+
+
+def tokens(value: Any) -> int:
+    """One count of an upstream's usage object as a non-negative int. Why lenient: usage is
+    reported, never trusted to be well formed; a string, a bool, a negative or fractional
+    number counts as 0 rather than failing the turn's accounting."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(value, 0)
+    if isinstance(value, float) and value.is_integer() and value > 0:
+        return int(value)
+    return 0
+
+
+def usage_object(message: Any, key: str = "usage") -> dict[str, Any] | None:
+    """``message[key]`` when it is an object: None means the answer reports no usage."""
+    value = message.get(key) if isinstance(message, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def prompt_split(prompt: int, output: int, total: Any, cache_read: int, cache_write: int = 0,
+                 reasoning: int = 0) -> TokenUsage:
+    """An OpenAI-style count (a prompt that includes its cached part) in the four billed parts.
+    Reasoning is part of ``output`` at OpenAI; xAI reports it apart (``total_tokens`` is then
+    prompt + completion + reasoning), so it is added back exactly when the total says so."""
+    if reasoning and tokens(total) == prompt + output + reasoning:
+        output += reasoning
+    return TokenUsage(max(prompt - cache_read - cache_write, 0), cache_read, cache_write, output)
 
 
 def sum_usage(usages: Iterable[Any]) -> Any:

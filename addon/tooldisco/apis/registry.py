@@ -85,3 +85,17 @@ def detect(method: str, path: str, host: str | None = None) -> Adapter | None:
         if (adapter := route(p, query)) is not None:
             return adapter
     return None
+
+
+_GEMINI_MODEL = re.compile(r"/(?:models|tunedModels)/([^/:]+):")
+
+
+def model_in_path(path: str) -> str:
+    """The model a Gemini or Bedrock request names in its path ("" for the APIs whose body
+    names it): what a turn is priced by and its context window looked up for."""
+    raw = path.partition("?")[0]
+    if gemini := _GEMINI_MODEL.search(unquote(raw)):
+        return gemini.group(1)
+    if bedrock := _BEDROCK.search(raw.rstrip("/")):
+        return unquote(bedrock.group(1))
+    return ""

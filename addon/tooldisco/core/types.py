@@ -219,18 +219,27 @@ class ToolResult:
     loads: tuple[Tool, ...] = ()
 
 
-@dataclass
-class Usage:
-    """Token counts summed over rounds; provider keys kept as they are."""
+@dataclass(frozen=True)
+class TokenUsage:
+    """One upstream answer's tokens as the provider bills them, in four parts that add up to
+    the bill: ``input`` (the uncached part of the prompt), ``cache_read``, ``cache_write`` and
+    ``output`` (reasoning included). Why four: prices differ for each, and an API that counts
+    cached tokens inside its input count (OpenAI, Gemini) must be split to be priced."""
 
-    counts: dict[str, int] = field(default_factory=dict)
+    input: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
 
-    def add(self, other: dict[str, Any] | None) -> None:
-        for key, value in (other or {}).items():
-            if isinstance(value, bool):
-                continue
-            if isinstance(value, int):
-                self.counts[key] = self.counts.get(key, 0) + value
+    TYPES = ("input", "cache_read", "cache_write", "output")
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(self.input + other.input, self.cache_read + other.cache_read,
+                          self.cache_write + other.cache_write, self.output + other.output)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"input": self.input, "cache_read": self.cache_read, "cache_write": self.cache_write,
+                "output": self.output}
 
 
 @dataclass(frozen=True)

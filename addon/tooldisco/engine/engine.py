@@ -16,7 +16,9 @@ from loguru import logger
 
 from tooldisco.config import Config
 from tooldisco.engine.executor import FairExecutor, Overloaded, set_switch_interval
+from tooldisco.engine.accounting import Accounting, Tally
 from tooldisco.engine.learning import Learner
+from tooldisco.engine.metrics import Metrics
 from tooldisco.engine.planner import FlowContext, Planner, Prepared
 from tooldisco.apis.base import Adapter
 from tooldisco.apis.common import set_catalog_budget
@@ -31,6 +33,7 @@ from tooldisco.engine.selector_client import SelectorClient
 from tooldisco.state.base import SessionStore
 from tooldisco.state.factory import open_store
 from tooldisco.policy import deferral, relevance
+from tooldisco.policy.pricing import PriceTable
 from tooldisco.engine.telemetry import Record, TelemetrySink
 from tooldisco.core.tenants import tenant_of
 
@@ -40,7 +43,12 @@ class Engine:
         self.config = config
         td = config.tool_discovery
         self.store = store if store is not None else open_store(config.sessions)
-        self.telemetry = TelemetrySink(config.telemetry.path if config.telemetry.enabled else None)
+        # Metrics only when served (``metrics.listen``): every record the sink takes is counted.
+        self.metrics = Metrics(self.store, config.sessions.backend) if config.metrics.listen else None
+        self.telemetry = TelemetrySink(config.telemetry.path if config.telemetry.enabled else None,
+                                       [self.metrics.observe] if self.metrics is not None else ())
+        # What a turn cost in the providers' numbers, and its tools' share of the context.
+        self.accounting = Accounting(PriceTable.load(config.prices), td.context_warn_share)
         self.searcher = make_searcher(td.search.backend, cache_dir=td.search.cache_dir)
         scorer = None if td.scorer == "overlap" else make_searcher(td.scorer, cache_dir=td.search.cache_dir)
         self.ranker = scorer.search if scorer else None
@@ -61,20 +69,28 @@ class Engine:
             return None
         return detect(method, path, host)
 
-    def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
-        """What to forward (blocking: call it from a worker thread)."""
-        return self.planner.prepare(adapter, headers, body, query)
+    def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "",
+                hold: bool = False) -> Prepared:
+        """What to forward (blocking: call it from a worker thread). ``hold``: see ``Planner.prepare``."""
+        return self.planner.prepare(adapter, headers, body, query, hold)
+
+    def close_record(self, record: Record, tally: Tally | None = None) -> None:
+        """A turn that went without the loop is over: priced from its answers (``tally``) and written."""
+        self.accounting.complete(record, tally)
+        self.telemetry.submit(record)
 
     async def plan(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
         """``prepare`` on the planning pool, its tenant's share of it (``executor``). The pool
         over its bounds: the request goes unprocessed, as if tool discovery were off for it."""
         tenant = tenant_of(headers, query) or ""
         try:
-            return await self.pool.run(tenant, self.prepare, adapter, headers, body, query)
+            # Held: a request that goes without the loop is closed by the glue once its answer's
+            # usage is read (``glue.usage``).
+            return await self.pool.run(tenant, self.prepare, adapter, headers, body, query, True)
         except Overloaded as e:
             record = Record(provider=adapter.api, strategy=self.config.tool_discovery.strategy.value,
                             fallback_reason="overloaded")
-            self.telemetry.submit(record)
+            self.close_record(record)
             now = time.monotonic()
             if now - self._overloaded_logged > 10:  # one line per burst, not one per request
                 self._overloaded_logged = now
@@ -84,7 +100,7 @@ class Engine:
 
     def runner(self, ctx: FlowContext) -> LoopRunner:
         return LoopRunner(ctx, self.searches, self.store, self.telemetry, self.config.tool_discovery.max_phantom_loops,
-                          self.learner)
+                          self.learner, self.accounting)
 
     async def _shadow(self, view: RequestView, plan: deferral.DeferralPlan, record: Record) -> None:
         """api dark/shadow rollout: what the selector would have loaded, logged, traffic untouched.

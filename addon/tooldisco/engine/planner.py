@@ -24,7 +24,7 @@ from tooldisco.core.types import RequestView, Tool, Unsupported
 from tooldisco.search.base import Catalog
 from tooldisco.search.priors import Priors
 from tooldisco.state.base import SessionState, SessionStore, session_key
-from tooldisco.policy import call_through, deferral, native, rejection, relevance
+from tooldisco.policy import agents, call_through, deferral, native, rejection, relevance
 from tooldisco.policy.modes import CallThroughMode, ClassicMode, DeferralMode, NativeMode, NoLoopMode
 from tooldisco.engine.telemetry import Record, TelemetrySink
 from tooldisco.core.tokens import estimate_tokens, tokens_for
@@ -114,8 +114,11 @@ class Planner:
         self._warm, self._warmed = warm, warmed
         self._shadow = shadow
 
-    def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "") -> Prepared:
-        """Decide what to forward. ``headers`` keys must be lowercase; ``query`` is the URL's."""
+    def prepare(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, query: str = "",
+                hold: bool = False) -> Prepared:
+        """Decide what to forward. ``headers`` keys must be lowercase; ``query`` is the URL's.
+        ``hold``: a request that goes without the loop keeps its record open (``Prepared.record``)
+        for the caller to close once the answer's usage is known; else it is written here."""
         td = self.config.tool_discovery
         started = time.perf_counter()
         record = Record(provider=adapter.api, strategy=td.strategy.value)
@@ -133,7 +136,7 @@ class Planner:
             return Prepared(record=record)
         finally:
             record.processing_ms = round((time.perf_counter() - started) * 1000, 3)
-            if record.outcome != "pending":  # else the runner (or the rollout) completes the record
+            if record.outcome != "pending" and not hold:  # else the runner (or the rollout, or the caller) does
                 self.telemetry.submit(record)
 
     def _plan(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, text: str, query: str,
@@ -149,6 +152,9 @@ class Planner:
         record.kept_tools = len(view.tools) - record.client_deferred
         session = self._session(view, headers, query)
         record.session = session.key[:12]
+        record.model = view.model or record.model
+        record.tenant = session.tenant[:12]
+        record.agent = agents.family(headers.get("user-agent"))
         forwarded = text
         if session.persist and td.strategy.defers:  # the strategies that stitch
             # The upstream goes on from what it really produced, not from the message stitched for the client.

@@ -36,6 +36,8 @@ from tooldisco.state.base import SessionState, SessionStore
 from tooldisco.policy import native
 from tooldisco.apis.base import Failure
 from tooldisco.engine.telemetry import TelemetrySink
+from tooldisco.engine.accounting import Accounting, Tally
+from tooldisco.apis.usage_scan import UsageScan
 
 # Fail-open on the first answer: a 400/422 that the rewrite may have caused (it names the
 # tools, the search tool, a field the proxy changed: ``policy.rejection``) gets the client's
@@ -50,8 +52,10 @@ class LoopRunner:
     """Drives one flow's phantom loop: rounds, searches, what the session keeps, its record."""
 
     def __init__(self, ctx: FlowContext, searches: SearchService, store: SessionStore, telemetry: TelemetrySink,
-                 max_loops: int, learner: Learner | None = None) -> None:
+                 max_loops: int, learner: Learner | None = None, accounting: Accounting | None = None) -> None:
         self.ctx = ctx
+        self.accounting = accounting
+        self.tally = Tally(ctx.record)  # every upstream answer of the turn: kind, status, usage
         self.learner = learner
         self.searches = searches
         self.store = store
@@ -76,6 +80,17 @@ class LoopRunner:
         if isinstance(action, Send):
             self._sent = action.body
         return action
+
+    def _answered(self, status: int, message: dict[str, Any] | None) -> None:
+        """One upstream answer into the turn's tally: its status, and its usage as the provider
+        reported it (counting it never fails the turn)."""
+        usage = None
+        if message is not None:
+            try:
+                usage = self.ctx.adapter.usage(message)
+            except Exception as e:
+                logger.debug("usage of an answer not read: {}", e)
+        self.tally.answered(status, usage)
 
     async def _open(self, open_: Open, body: bytes) -> Answer:
         return await self.timed(open_(body))
@@ -117,6 +132,7 @@ class LoopRunner:
         if not native.refused(first.status, body):
             return Answer.whole(first.status, body, first.headers)
         refused_by = ctx.mode.refusal_key
+        self.tally.answered(first.status, None)
         logger.warning("upstream refused {} deferral for {}; deferring the classic way", ctx.record.deferral,
                        refused_by or "the model")
         ctx.record.fallback_reason = f"{ctx.record.deferral}_refused_400_classic_sent"
@@ -157,6 +173,7 @@ class LoopRunner:
                         "passing it on", first.status)
             return answer
         await answer.close()
+        self.tally.answered(first.status, None)
         logger.warning("upstream refused the rewritten request ({}, naming {}); sending the client's own",
                        first.status, named)
         record.fallback_reason = f"rewrite_{first.status}_original_sent"
@@ -236,6 +253,8 @@ class LoopRunner:
         total = time.perf_counter() - self._began
         record.upstream_ms = round(self._upstream_s * 1000, 3)
         record.loop_added_ms = round((total - self._upstream_s if own_s is None else own_s) * 1000, 3)
+        if self.accounting is not None:
+            self.accounting.complete(record, self.tally, len(self.ctx.body))
         self.telemetry.submit(record)
 
     # --- buffered: one JSON answer -------------------------------------------------------
@@ -248,10 +267,11 @@ class LoopRunner:
         answer = await self._fallback(first, open_)
         try:
             body = await answer.read()
+            message = _json_object(body) if answer.status == 200 else None
+            self._answered(answer.status, message)
             if answer.status != 200 or answer is not first:
                 record.outcome = record.outcome or f"upstream_{answer.status}"
                 return Reply(answer.status, answer.headers, body)
-            message = _json_object(body)
             if message is None:
                 record.outcome = "undecodable"
                 return self._undecodable(answer, body)
@@ -271,6 +291,7 @@ class LoopRunner:
                 reforward = await self._open(open_, action.body.encode("utf-8"))
                 body = await reforward.read()
                 message = _json_object(body) if reforward.status == 200 else None
+                self._answered(reforward.status, message)
                 if message is None:
                     return await self._reforward_failed(Reply(reforward.status, reforward.headers, body), open_)
         except asyncio.CancelledError:  # the client went away: the upstream request ends with it
@@ -353,7 +374,9 @@ class LoopRunner:
             record.fallback_reason = f"reforward_{answer.status}_original_sent"
             record.outcome = f"fallback_{answer.status}"
             retry = await self._open(open_, ctx.original)
-            return Reply(retry.status, retry.headers, await retry.read())
+            body = await retry.read()
+            self._answered(retry.status, _json_object(body) if retry.status == 200 else None)
+            return Reply(retry.status, retry.headers, body)
         record.fallback_reason = f"reforward_{answer.status}"
         record.outcome = f"fallback_{answer.status}"
         return answer
@@ -376,8 +399,14 @@ class LoopRunner:
             if answer.status != 200 or answer is not first:
                 record.outcome = record.outcome or f"upstream_{answer.status}"
                 yield Head(answer.status, answer.headers)
-                async for chunk in answer.chunks:
-                    yield chunk
+                scan = UsageScan(ctx.adapter, answer.headers) if answer.status == 200 else None
+                try:
+                    async for chunk in answer.chunks:
+                        if scan is not None:
+                            scan.feed(chunk)
+                        yield chunk
+                finally:
+                    self.tally.answered(answer.status, scan.usage() if scan is not None else None)
                 return
             yield Head(200, answer.headers)
             # The client's body only where the stream echoes it: decoding a whole catalog is not free.
@@ -406,6 +435,7 @@ class LoopRunner:
                             yield out
                     t0 = time.perf_counter()
                     end = stitcher.end_round()
+                    self._answered(200, end.message)
                     if end.message is None and unread and not _event_stream(answer.headers):
                         record.outcome = "undecodable"  # no stream at all (a JSON answer): it goes as it came
                         yield bytes(unread)
@@ -454,6 +484,7 @@ class LoopRunner:
                     stitcher.next_round()
                     answer = await self._open(open_, action.body.encode("utf-8"))
                     if answer.status != 200:
+                        self.tally.answered(answer.status, None)
                         record.outcome = f"reforward_{answer.status}"
                         record.fallback_reason = f"reforward_{answer.status}"
                         yield stitcher.fail(Failure(answer.status, await answer.read(1 << 20)))

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from loguru import logger
 
@@ -70,6 +70,18 @@ class Record:
     dispatched: list[str] = field(default_factory=list)  # call-through: tools called through the dispatcher
     refused_calls: int = 0  # call-through: dispatcher calls naming no tool, answered with an error
     called: list[str] = field(default_factory=list)  # tools the model called in the answer the client got
+    model: str | None = None  # the model the client asked for
+    tenant: str = ""  # a hash prefix of the tenant's credential (never the credential)
+    agent: str = ""  # the client's family, from its user agent (``policy.agents``): claude-code, codex, ...
+    # The providers' own usage summed over every upstream answer of the turn (hidden rounds
+    # included): {input (uncached), cache_read, cache_write, output}; None: none reported one.
+    usage: dict[str, int] | None = None
+    usage_unreported: int = 0  # upstream answers of the turn that carried no usage
+    upstream: list[list[Any]] = field(default_factory=list)  # per upstream answer: [kind "client"|"hidden", status]
+    cost_usd: float | None = None  # the usage priced (``prices``); None: the model has no price
+    cost_usd_without: float | None = None  # the same turn priced as if the client's own request had gone out
+    context_window: int | None = None  # the model's context window (tokens), when known
+    context_share: float | None = None  # the client's tool definitions as a share of that window
 
 
 class TelemetrySink:
@@ -85,8 +97,11 @@ class TelemetrySink:
     WARN_EVERY = 60.0
     BATCH_S = 0.05
 
-    def __init__(self, path: str | Path | None):
+    def __init__(self, path: str | Path | None, observers: Sequence[Callable[[Record], None]] = ()):
         self._path = Path(path) if path else None
+        # Called with every record submitted, on the submitter's thread, file or no file
+        # (``engine.metrics``): they must be quick and must not raise.
+        self.observers = tuple(observers)
         self._queue: queue.Queue[Record | None] = queue.Queue(self.QUEUE)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -97,6 +112,8 @@ class TelemetrySink:
 
     def submit(self, record: Record) -> None:
         """Queue one record; never blocks."""
+        for observe in self.observers:
+            observe(record)
         if not self._path:
             return
         self._start()

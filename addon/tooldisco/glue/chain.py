@@ -19,10 +19,12 @@ from tooldisco.glue.buffered import Buffered
 from tooldisco.glue.gemini_key import GeminiKey
 from tooldisco.glue.live import Live
 from tooldisco.glue.metadata import FlowRecord
+from tooldisco.glue.metrics import MetricsServer
 from tooldisco.glue.options import DEFAULT_CONFIG, Options
 from tooldisco.glue.redaction import Redaction
 from tooldisco.glue.rewrite import Rewrite
 from tooldisco.glue.upstream import Upstream
+from tooldisco.glue.usage import UsageTap
 from tooldisco.glue.watching import Watching
 from tooldisco.glue.websocket_gate import WebSocketGate
 from tooldisco.watch.watch import Watcher
@@ -42,6 +44,7 @@ def build() -> list[object]:
     upstream = Upstream(background, watch)
     return [
         options,
+        MetricsServer(options),  # serves the engine's metrics: after the addon that builds it
         Redaction(),
         upstream,
         FlowRecord(),
@@ -49,6 +52,7 @@ def build() -> list[object]:
         GeminiKey(options),
         Rewrite(options, background, watch),
         Live(options, upstream, background, watch),  # its running() adds the LiveRouter at the chain's end
+        UsageTap(options),  # after Live (which marks streams), before Buffered (which closes the flow's record)
         Buffered(options, upstream, watch),
         Watching(watch),  # its running() adds the watcher after the router
     ]

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from botocore.credentials import ReadOnlyCredentials
 from mitmproxy import http
 
+from tooldisco.apis.base import Adapter
+from tooldisco.apis.usage_scan import UsageScan
 from tooldisco.core import allocator
 from tooldisco.engine.planner import FlowContext
+from tooldisco.engine.telemetry import Record
 
 KEY = "tool_discovery.glue"
 
@@ -30,6 +33,16 @@ class Held:
 
 
 @dataclass(slots=True)
+class Passed:
+    """A request that went upstream as the client sent it (nothing to defer, the client
+    defers by itself, passthrough): its record waits for the answer, whose usage it carries."""
+
+    record: Record
+    adapter: Adapter
+    scan: UsageScan | None = None  # a streamed answer's usage, read as it passes
+
+
+@dataclass(slots=True)
 class FlowMeta:
     host: str  # the host the client asked for: map_remote rewrites it in the request hook
     held: Held | None = None  # until the router (live) or the response hook (buffered) takes it
@@ -38,6 +51,7 @@ class FlowMeta:
     # A relayed flow's body and headers as they would have gone: the relay got the body in the
     # process, the hop to it carried none. Put back once the relay answered.
     relayed_request: tuple[bytes, http.Headers] | None = None
+    passed: Passed | None = None  # until the usage tap closes its record (``glue.usage``)
 
     @property
     def buffered(self) -> Held | None:

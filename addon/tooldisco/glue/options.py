@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit
 
 from mitmproxy import contentviews, ctx, exceptions
 
-from tooldisco.config import Config, ConfigError, load_config
+from tooldisco.config import Config, ConfigError, MetricsSettings, format_listen, load_config, parse_listen
 from tooldisco.core import allocator
 from tooldisco.engine.engine import Engine
 from tooldisco.glue.background import Background
@@ -39,6 +40,8 @@ def startup(config: Config, path: str) -> str:
     parts.append(f"sessions redis at {_host(store.redis.url)}" if store.backend == "redis"
                  else f"sessions {store.directory()}")
     parts.append(f"telemetry {os.path.abspath(config.telemetry.path)}" if config.telemetry.enabled else "telemetry off")
+    if (address := config.metrics.address) is not None:
+        parts.append(f"metrics on {config.metrics.listen}" + (" (a free port)" if address[1] == 0 else ""))
     return " · ".join(parts)
 
 
@@ -67,19 +70,28 @@ class Options:
     def load(self, loader) -> None:
         loader.add_option("tool_discovery_config", Optional[str], DEFAULT_CONFIG,
                           "Path of the tool discovery YAML config.")
+        loader.add_option("tool_discovery_metrics", Optional[str], None,
+                          "Serve Prometheus metrics on HOST:PORT (port 0: any free port), in place of the "
+                          "config's metrics.listen.")
         contentviews.add(ToolsView)  # mitmweb and the console: a body's tools and tool calls
         allocator.return_large_blocks()  # a huge body's memory goes back to the OS with its flow
         allocator.trim_periodically()  # and the heaps' free pages every few seconds
         allocator.collect_less_often()  # a large body's decoding sets off no dozens of collections
 
     def configure(self, updated: set[str]) -> None:
-        if "tool_discovery_config" not in updated:
+        if not updated & {"tool_discovery_config", "tool_discovery_metrics"}:
             return
         path = ctx.options.tool_discovery_config or DEFAULT_CONFIG
         try:
             config = load_config(path)
         except ConfigError as e:
             raise exceptions.OptionsError(f"tool_discovery_config: {e}") from None
+        if listen := ctx.options.tool_discovery_metrics:  # tooldisco run --metrics
+            try:
+                address = parse_listen(listen, "tool_discovery_metrics")
+            except ConfigError as e:
+                raise exceptions.OptionsError(str(e)) from None
+            config = replace(config, metrics=MetricsSettings(format_listen(*address)))
         for warning in config.warnings:
             log.warning(warning)
         self._close()

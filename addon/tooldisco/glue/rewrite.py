@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from mitmproxy import http
 
+from tooldisco.apis import registry
 from tooldisco.apis.base import Adapter
 from tooldisco.core import bodies
 from tooldisco.engine.engine import Engine
@@ -95,6 +96,14 @@ class Rewrite:
         prepared = await engine.plan(adapter, headers, body, urlsplit(request.path).query)
         if prepared.background is not None:
             self._background.spawn(prepared.background())
+        if (record := prepared.record) is not None:
+            record.model = record.model or registry.model_in_path(request.path)
+            if prepared.context is None and record.outcome != "pending":
+                # Upstream as the client sent it: the record waits for the answer's usage (``glue.usage``).
+                if (meta := metadata.of(flow)) is not None:
+                    meta.passed = metadata.Passed(record, adapter)
+                else:
+                    engine.close_record(record)
         self._watch.begin(flow, adapter, body, prepared.body, prepared.record,
                           prepared.context.phantom if prepared.context else "")
         if prepared.body is None:

@@ -91,6 +91,7 @@ class DiskSessionStore:
         self._probing = False  # one call tries a store that failed; the others skip it meanwhile
         self._checked = 0.0  # monotonic: when the file was last checked to be the one opened
         self._corrupt_found: BaseException | None = None  # set: the file in use proved corrupt
+        self.failures = 0  # store calls that failed, since start (``engine.metrics`` reads it)
         self._ttl = ttl
         self._cleanup_interval = cleanup_interval
         self._last_cleanup = 0.0
@@ -315,6 +316,7 @@ class DiskSessionStore:
         is dropped, so the next try reopens it (moving the file aside)."""
         now = time.monotonic()
         with self._health:
+            self.failures += 1
             self._probing = False
             self._retry_at = now if retry_now else now + self._retry_after
             if cache is not None and cache is self._cache and _corrupt(error):

@@ -69,6 +69,11 @@ class _Breaker:
         self._down_since: float | None = None
         self._retry_at = 0.0
         self._probing = False
+        self.failures = 0  # calls that failed, since start
+
+    @property
+    def down(self) -> bool:
+        return self._down_since is not None
 
     def allows(self) -> bool:
         with self._lock:
@@ -82,6 +87,7 @@ class _Breaker:
     def failed(self, error: Exception) -> None:
         with self._lock:
             now = time.monotonic()
+            self.failures += 1
             self._probing = False
             self._retry_at = now + self._retry_after
             if self._down_since is not None:
@@ -212,6 +218,16 @@ class RedisSessionStore:
         """The real rounds behind a stitched message, their TTL extended (GETEX: in the same call)."""
         key = self._prefix + rounds_key(tenant, session, digest)
         return decode_rounds(self._call(lambda: _decode(self._redis.getex(key, px=self._ttl_ms)), None))
+
+    @property
+    def available(self) -> bool:
+        """Whether Redis is in use (False from a failure until a call succeeds again)."""
+        return not self._breaker.down
+
+    @property
+    def failures(self) -> int:
+        """Calls that failed, since start (``engine.metrics`` reads it)."""
+        return self._breaker.failures
 
     def __len__(self) -> int:
         """Keys under the prefix (a scan: for tests and scripts, not the request path)."""

@@ -9,7 +9,7 @@ from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from tooldisco.apis.base import NativeDeferral, Failure, Stitcher
 from tooldisco.apis.streaming import as_list
-from tooldisco.core.types import RequestView, Tool, ToolCall, ToolCatalog, ToolResult, Unsupported
+from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCall, ToolCatalog, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import (
     deferred_text,
@@ -24,7 +24,9 @@ from tooldisco.apis.common import (
     query_schema,
     replace_array,
     sum_usage,
+    tokens,
     tool_spans,
+    usage_object,
     user_text,
     with_marked,
 )
@@ -133,6 +135,11 @@ def tool_of(raw: str, d: Any) -> Tool:
 
 
 _BUILD = each_tool(tool_of)
+
+
+def _usage(counts: dict[str, Any]) -> TokenUsage:
+    return TokenUsage(tokens(counts.get("input_tokens")), tokens(counts.get("cache_read_input_tokens")),
+                      tokens(counts.get("cache_creation_input_tokens")), tokens(counts.get("output_tokens")))
 
 
 class AnthropicAdapter(AdapterDefaults):
@@ -249,6 +256,20 @@ class AnthropicAdapter(AdapterDefaults):
         if usage is not None:
             out["usage"] = usage
         return out
+
+    def usage(self, message: dict[str, Any]) -> TokenUsage | None:
+        """Anthropic's four counts are already apart (``input_tokens`` leaves the cache out). A
+        compaction is a sampling step of its own, billed on the same model but reported only in
+        ``usage.iterations`` (the top-level counts are the final message's), so it is added;
+        the other iterations are already in the top level or billed on another model (an advisor's)."""
+        counts = usage_object(message)
+        if counts is None:
+            return None
+        total = _usage(counts)
+        for step in as_list(counts.get("iterations")):
+            if isinstance(step, dict) and step.get("type") == "compaction":
+                total = total + _usage(step)
+        return total
 
     def shown(self, message: dict[str, Any]) -> list[Any]:
         return [{"role": "assistant", "content": message.get("content")}]

@@ -19,7 +19,7 @@ from tooldisco.apis.base import Failure, Stitcher, error_kind
 from tooldisco.apis.bedrock.stream import METRICS
 from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter
-from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
+from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import (
     History,
@@ -35,6 +35,8 @@ from tooldisco.apis.common import (
     sum_usage,
     tool_spans,
     user_text,
+    tokens,
+    usage_object,
 )
 from tooldisco.apis.bedrock.stitch import EXCEPTIONS
 from tooldisco.apis.bedrock.stream import ConverseStreamDecoder
@@ -209,6 +211,24 @@ class ConverseAdapter(AdapterDefaults):
             if total is not None:
                 out[key] = total
         return out
+
+    def usage(self, message: dict[str, Any]) -> TokenUsage | None:
+        """Converse ``usage``. ``inputTokens`` leaves the cache out: AWS's prompt-caching guide
+        (docs.aws.amazon.com/bedrock/latest/userguide/prompt-caching.html) says that with caching
+        on it is "only the non-cached input tokens", the prompt being inputTokens +
+        cacheReadInputTokens + cacheWriteInputTokens (the API reference's TokenUsage only says
+        "tokens sent in the request"). Where the stated ``totalTokens`` shows the cache counted
+        inside ``inputTokens`` instead (seen on some ConverseStream models), it is taken out
+        there, so the parts still add up to the provider's total."""
+        counts = usage_object(message)
+        if counts is None:
+            return None
+        read = tokens(counts.get("cacheReadInputTokens", counts.get("cacheReadInputTokenCount")))
+        write = tokens(counts.get("cacheWriteInputTokens", counts.get("cacheWriteInputTokenCount")))
+        prompt, output = tokens(counts.get("inputTokens")), tokens(counts.get("outputTokens"))
+        if read + write and prompt >= read + write and tokens(counts.get("totalTokens")) == prompt + output:
+            prompt -= read + write
+        return TokenUsage(prompt, read, write, output)
 
     def shown(self, message: dict[str, Any]) -> list[Any]:
         return [as_dict(message.get("output")).get("message")]

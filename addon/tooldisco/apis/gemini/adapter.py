@@ -18,7 +18,7 @@ from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from tooldisco.apis.base import CallThrough, Failure, Stitcher
 from tooldisco.apis.streaming import as_dict, as_list
-from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
+from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.gemini.messages import STAND_IN_SIGNATURE, _field, _parts, call_of, merge
 from tooldisco.apis.common import (
@@ -35,6 +35,8 @@ from tooldisco.apis.common import (
     tool_spans,
     user_text,
     wrap_history,
+    tokens,
+    usage_object,
 )
 from tooldisco.apis.gemini.stream import fold_parts
 from tooldisco.apis.gemini.stream import GeminiStreamDecoder
@@ -388,6 +390,18 @@ class GeminiAdapter(AdapterDefaults):
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return merge(rounds)
+
+    def usage(self, message: dict[str, Any]) -> TokenUsage | None:
+        """``usageMetadata``: ``promptTokenCount`` includes ``cachedContentTokenCount``; the
+        prompts of built-in tools (``toolUsePromptTokenCount``) and thinking
+        (``thoughtsTokenCount``) are counted apart and billed as input and output."""
+        counts = usage_object(message, "usageMetadata")
+        if counts is None:
+            return None
+        cached = tokens(counts.get("cachedContentTokenCount"))
+        prompt = max(tokens(counts.get("promptTokenCount")) - cached, 0) + tokens(counts.get("toolUsePromptTokenCount"))
+        output = tokens(counts.get("candidatesTokenCount")) + tokens(counts.get("thoughtsTokenCount"))
+        return TokenUsage(prompt, cached, 0, output)
 
     def history_path(self, body: str) -> tuple[str, ...] | None:
         return ("contents",)

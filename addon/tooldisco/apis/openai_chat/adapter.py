@@ -9,7 +9,7 @@ from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from tooldisco.apis.base import CallThrough, Failure, Stitcher
 from tooldisco.apis.streaming import as_dict, as_list
-from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
+from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import (
     forced_names,
@@ -27,6 +27,9 @@ from tooldisco.apis.common import (
     sum_usage,
     user_text,
     wrap_history,
+    prompt_split,
+    tokens,
+    usage_object,
 )
 from tooldisco.apis.openai_chat.stream import ChatCompletionStreamDecoder
 from tooldisco.apis.openai_chat.stream import encode
@@ -266,6 +269,29 @@ class OpenAIChatAdapter(AdapterDefaults):
         if usage is not None:
             out["usage"] = usage
         return out
+
+    def usage(self, message: dict[str, Any]) -> TokenUsage | None:
+        """``prompt_tokens`` includes the cached part: split out. Where compatible providers put
+        it: OpenAI, xAI, OpenRouter, Mistral in ``prompt_tokens_details.cached_tokens`` (OpenRouter
+        also ``cache_write_tokens``), DeepSeek in ``prompt_cache_hit_tokens``, Moonshot and Together
+        in a top-level ``cached_tokens``. A stream whose provider put usage in its choice
+        (Moonshot) has it there. None: no usage (a stream without ``include_usage``)."""
+        counts = usage_object(message)
+        if counts is None:
+            first = next((c for c in as_list(as_dict(message).get("choices")) if usage_object(c)), None)
+            counts = usage_object(first)
+        if counts is None:
+            return None
+        details = as_dict(counts.get("prompt_tokens_details"))
+        if "prompt_cache_hit_tokens" in counts:
+            cached = tokens(counts.get("prompt_cache_hit_tokens"))
+        elif "cached_tokens" in details:
+            cached = tokens(details.get("cached_tokens"))
+        else:
+            cached = tokens(counts.get("cached_tokens"))
+        reasoning = tokens(as_dict(counts.get("completion_tokens_details")).get("reasoning_tokens"))
+        return prompt_split(tokens(counts.get("prompt_tokens")), tokens(counts.get("completion_tokens")),
+                            counts.get("total_tokens"), cached, tokens(details.get("cache_write_tokens")), reasoning)
 
     def shown(self, message: dict[str, Any]) -> list[Any]:
         return [_first_message(message)]

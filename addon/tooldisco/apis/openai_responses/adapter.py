@@ -16,8 +16,8 @@ from typing import Any, Iterable, Iterator, Sequence
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import ADMIT_WHEN_FULL, MiB, derived_size, memoize
 from tooldisco.apis.base import NativeDeferral, Failure, Stitcher
-from tooldisco.apis.streaming import as_list
-from tooldisco.core.types import RequestView, Tool, ToolCall, ToolResult, Unsupported
+from tooldisco.apis.streaming import as_dict, as_list
+from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import (
     deferred_text,
@@ -37,6 +37,9 @@ from tooldisco.apis.common import (
     tool_spans,
     user_text,
     with_marked,
+    prompt_split,
+    tokens,
+    usage_object,
 )
 from tooldisco.apis.openai_responses.messages import (
     ECHOED,
@@ -346,6 +349,18 @@ class OpenAIResponsesAdapter(AdapterDefaults):
 
     def merge(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return merge(rounds)
+
+    def usage(self, message: dict[str, Any]) -> TokenUsage | None:
+        """``input_tokens`` includes ``input_tokens_details.cached_tokens`` (and a
+        ``cache_write_tokens`` where it is reported): split out; ``output_tokens`` includes reasoning."""
+        counts = usage_object(message)
+        if counts is None:
+            return None
+        details = as_dict(counts.get("input_tokens_details"))
+        reasoning = tokens(as_dict(counts.get("output_tokens_details")).get("reasoning_tokens"))
+        return prompt_split(tokens(counts.get("input_tokens")), tokens(counts.get("output_tokens")),
+                            counts.get("total_tokens"), tokens(details.get("cached_tokens")),
+                            tokens(details.get("cache_write_tokens")), reasoning)
 
     def restore_echo(self, response: str, body: str) -> str:
         """The echoed ``tools`` / ``tool_choice`` of a Response text set to the client's own: the
