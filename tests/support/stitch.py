@@ -160,3 +160,16 @@ def stitched(api: Api, rounds: list[bytes], chunker: Chunker = whole) -> tuple[b
     shown_as_client_reads_it(api.adapter, used[0], got)
     api.check(client, got)
     return client, got, ends
+
+
+def after_a_search(stitcher: Any, search: bytes, body: bytes, chunker: Chunker) -> tuple[bytes, RoundEnd, RoundEnd]:
+    """The client bytes of a search round then ``body`` (a recorded answer) through ``stitcher``,
+    each cut by ``chunker``, and how the two rounds ended (both checked whole)."""
+    client = b"".join(stitcher.feed(chunk) for chunk in chunker(search))
+    first = stitcher.end_round()
+    assert first.complete and first.message is not None
+    stitcher.next_round()
+    client += b"".join(stitcher.feed(chunk) for chunk in chunker(body))
+    second = stitcher.end_round()
+    assert second.complete and second.message is not None and second.error is None
+    return client + stitcher.finish(), first, second

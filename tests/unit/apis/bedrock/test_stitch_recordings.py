@@ -17,7 +17,7 @@ from botocore.parsers import ResponseParserError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.conformance.replay import Recording, load, search_round
-from tests.support.stitch import CHUNKERS, P, Chunker, chunker_id, decoder_of, summed
+from tests.support.stitch import CHUNKERS, P, Chunker, after_a_search, chunker_id, decoder_of, summed
 from tests.support.stitch_bedrock_converse import C, boto3_view
 
 RECORDINGS = [r for r in load() if r.api == "bedrock_converse" and r.stream and r.status == 200]
@@ -106,16 +106,7 @@ def test_the_corpus_has_whole_answers() -> None:
 @pytest.mark.parametrize("chunker", CHUNKERS[:3], ids=chunker_id)
 @pytest.mark.parametrize("rec", WHOLE, ids=[r.id.rsplit("/", 1)[-1] for r in WHOLE])
 def test_a_recording_after_a_search_round_reads_as_its_own_content(rec: Recording, chunker: Chunker) -> None:
-    search = search_round(rec).body
-    stitcher = C.stitcher(P, "{}")
-    client = b"".join(stitcher.feed(chunk) for chunk in chunker(search))
-    first = stitcher.end_round()
-    assert first.complete and first.message is not None
-    stitcher.next_round()
-    client += b"".join(stitcher.feed(chunk) for chunk in chunker(rec.body))
-    second = stitcher.end_round()
-    assert second.complete and second.message is not None and second.error is None
-    client += stitcher.finish()
+    client, first, _ = after_a_search(C.stitcher(P, "{}"), search_round(rec).body, rec.body, chunker)
     assert P.encode() not in client and b"tooluse_search01" not in client
 
     # botocore's frame parser: the search round's messageStart, then the recording's frames in

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.conformance.replay import Recording, load, search_round
-from tests.support.stitch import CHUNKERS, P, Chunker, chunker_id, decoder_of
+from tests.support.stitch import CHUNKERS, P, Chunker, after_a_search, chunker_id, decoder_of
 from tests.support.stitch_gemini import decoded, elements, sdk
 from tooldisco.apis.gemini import stream as gemini
 from tooldisco.apis.gemini.adapter import GeminiAdapter
@@ -117,16 +117,7 @@ def test_the_corpus_has_whole_answers() -> None:
 @pytest.mark.parametrize("chunker", CHUNKERS[:3], ids=chunker_id)
 @pytest.mark.parametrize("rec", WHOLE, ids=[r.id.rsplit("/", 1)[-1] for r in WHOLE])
 def test_a_recording_after_a_search_round_reads_as_its_own_content(rec: Recording, chunker: Chunker) -> None:
-    search = search_round(rec).body
-    stitcher = adapter(rec).stitcher(P, "{}")
-    client = b"".join(stitcher.feed(chunk) for chunk in chunker(search))
-    first = stitcher.end_round()
-    assert first.complete and first.message is not None
-    stitcher.next_round()
-    client += b"".join(stitcher.feed(chunk) for chunk in chunker(rec.body))
-    second = stitcher.end_round()
-    assert second.complete and second.message is not None and second.error is None
-    client += stitcher.finish()
+    client, first, _ = after_a_search(adapter(rec).stitcher(P, "{}"), search_round(rec).body, rec.body, chunker)
     assert P.encode() not in client
 
     # The framing: whole SSE events, or one JSON array; the search round shows nothing, the
