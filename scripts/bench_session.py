@@ -2,6 +2,7 @@
 """What a whole agent session costs through the proxy, prompt cache included.
 
     .venv/bin/python scripts/bench_session.py [--apis anthropic,chat,responses,gemini] [--servers 20]
+        [--prices FILE] [--telemetry DIR]
 
 A scripted session (``--plan``) — ``on-call``: 22 user turns of an on-call day, 13 of them
 needing an MCP tool (11 different tools on seven servers, two of them used twice), plain answers
@@ -51,7 +52,19 @@ Billed input, in input-token equivalents, with each provider's price ratios:
 Anthropic uncached input × 1.0, cache write × 1.25, cache read × 0.1 (the fake caches
 automatically, so every uncached token is a write); OpenAI cached × 0.1 (assumed: the
 GPT-5 family's published discount; writes cost nothing extra); Gemini cached × 0.25
-(assumed: the 2.5 models' implicit-cache discount). Prints markdown tables; exits 0.
+(assumed: the 2.5 models' implicit-cache discount). And in US dollars: the usage the fake
+reported for every upstream request (its prompt-cache bill), priced per request from the
+proxy's own price table (``tooldisco/data/prices.yaml`` under the config's ``prices:`` rows;
+every model the session uses must have a row).
+
+On the paths through the addon, what the proxy reported is checked against that bill: the sum
+of its telemetry's ``cost_usd`` over the measured session's turns (one record per client
+request) must be within 1% of the fake's billed usage priced by the same table. Prints markdown
+tables and a ``Cost check:`` line; exits 1 when a run through the addon disagrees (or a turn of
+it is unpriced or unrecorded), else 0. ``--prices FILE``: a ``prices:`` section given to every
+proxy's config (before its own rows) and priced alike here, for models the shipped table lacks.
+``--telemetry DIR`` keeps each addon path's telemetry file (``DIR/<path>.jsonl``) for
+``tooldisco report``.
 """
 
 from __future__ import annotations
@@ -60,6 +73,7 @@ import argparse
 import json
 import math
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -80,7 +94,10 @@ from google.genai import types as gt
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-import _bench as bench  # noqa: E402
+import _bench as bench  # noqa: E402  (also puts addon/ on sys.path)
+import tooldisco.config as addon_cfg  # noqa: E402
+from tooldisco.core.types import TokenUsage  # noqa: E402
+from tooldisco.policy.pricing import PriceTable  # noqa: E402
 from tests.e2e.harness import ADDON_PATH, MitmDump  # noqa: E402
 from tests.fakeprovider import (  # noqa: E402
     DISPATCHER,
@@ -92,6 +109,7 @@ from tests.fakeprovider import (  # noqa: E402
     Rule,
     Script,
 )
+from tests.fakeprovider.providers import PROVIDERS  # noqa: E402
 from tests.support.mcp_catalog import (  # noqa: E402
     Tool,
     anthropic_tools,
@@ -118,6 +136,8 @@ APIS = ("anthropic", "chat", "responses", "gemini")
 MODELS = {"anthropic": "claude-sonnet-4-6", "chat": "gpt-5", "responses": "gpt-5.4", "gemini": "gemini-2.5-pro"}
 SEARCHES = (SEARCH_TOOL, "tool_search")  # the proxy's search tool, and its native Responses search
 MAX_STEPS = 6  # requests per user turn before the client gives up (the script needs at most 2)
+AGREE = 0.01  # how far the proxy's reported cost of a run may be from the fake's bill, priced alike
+TELEMETRY_WAIT_S = 30.0  # for the measured session's records (written after the client has its answer)
 PROXY_COMPLAINT = re.compile(r"error|warn|traceback|exception", re.IGNORECASE)
 ROW_BYTES = 180  # about one result row of tool_output
 WARM_SETTLE_S = 1.0  # after warm-up sessions: the addon's lessons written (LEARN_FAST) and read back
@@ -402,6 +422,8 @@ Calls = list[tuple[str, str, Any]]  # (call id, tool name, arguments)
 
 class Agent(ABC):
     """An agent loop's client side for one API: the history lives here, in the API's shape."""
+
+    sent = 0  # requests sent (``play`` counts them): one telemetry record each through the addon
 
     @abstractmethod
     def say(self, text: str) -> None:
@@ -702,6 +724,7 @@ def play(agent: Agent, plan: tuple[Turn, ...], result_bytes: int) -> int:
         agent.say(turn.text)
         called = False
         for _ in range(MAX_STEPS):
+            agent.sent += 1
             calls = agent.step()
             if not calls:
                 break
@@ -728,6 +751,25 @@ PRICES = {"anthropic": Price(0.1, 1.25), "chat": Price(0.1, 1.0), "responses": P
           "gemini": Price(0.25, 1.0)}
 
 
+INPUT_INCLUDES_CACHE = {p.name: p.input_includes_cache for p in PROVIDERS}
+
+
+def billed_usage(rec: RecordedRequest) -> TokenUsage:
+    """The usage the fake reported for one request, in the four parts prices are per: OpenAI and
+    Gemini count cached tokens inside their input tokens, Anthropic and Bedrock apart."""
+    u = (rec.reply or {}).get("usage") or {}
+    read, write = int(u.get("cache_read_input_tokens", 0)), int(u.get("cache_creation_input_tokens", 0))
+    uncached = int(u.get("input_tokens", 0)) - (read if INPUT_INCLUDES_CACHE.get(rec.api or "", True) else 0)
+    return TokenUsage(input=uncached, cache_read=read, cache_write=write, output=int(u.get("output_tokens", 0)))
+
+
+def price_table(config: dict[str, Any]) -> PriceTable:
+    """The price table a proxy on ``config`` prices turns with, built as its engine builds it: the
+    shipped table under the config's ``prices:`` rows as the addon parses them (a cache price a
+    row leaves out is its input price there)."""
+    return PriceTable.load(addon_cfg.parse(config).prices)
+
+
 def tool_count(api: str, tools: Any) -> int:
     """Tools in a forwarded ``tools[]`` (Gemini nests its functions in one entry)."""
     if api == "gemini":
@@ -751,6 +793,13 @@ class Run:
     forwarded: int = 0  # tools forwarded, summed over requests
     tool_bytes: int = 0
     done: int = 0
+    usd: float | None = 0.0  # the fake's billed usage, each request priced (None: one had no price)
+    addon: bool = False  # through the addon: its telemetry says what it reported
+    turns: int = 0  # client requests of the measured session (one telemetry record each)
+    records: int = 0  # the session's telemetry records found
+    reported: float = 0.0  # their cost_usd summed
+    without: float = 0.0  # their cost_usd_without summed
+    unpriced: int = 0  # records with usage but no cost_usd
     errors: list[str] = field(default_factory=list)
     detail: list[str] = field(default_factory=list)  # one line per upstream request (``--detail``)
 
@@ -759,8 +808,22 @@ class Run:
         price = PRICES[self.api]
         return self.cached * price.cached + (self.tokens - self.cached) * price.uncached
 
-    def add(self, recs: list[RecordedRequest]) -> None:
+    @property
+    def gap(self) -> float | None:
+        """The proxy's reported cost against the bill, relative (None: nothing to compare)."""
+        if not self.addon or self.usd is None or self.records == 0:
+            return None
+        return (self.reported - self.usd) / self.usd if self.usd else (0.0 if self.reported == 0 else math.inf)
+
+    @property
+    def agrees(self) -> bool:
+        """Every turn recorded and priced, and their sum within ``AGREE`` of the bill."""
+        gap = self.gap
+        return (gap is not None and abs(gap) <= AGREE and self.records == self.turns and not self.unpriced)
+
+    def add(self, recs: list[RecordedRequest], table: PriceTable) -> None:
         previous = None
+        model = MODELS[self.api]
         for rec in recs:
             if rec.status != 200 or rec.prompt is None:
                 self.errors.append(f"request {rec.nth}: HTTP {rec.status} {(rec.error or '')[:200]}")
@@ -768,6 +831,8 @@ class Run:
             tools = rec.json.get("tools")
             shown = json.dumps(tools)
             self.requests += 1
+            cost = table.cost(model, billed_usage(rec))
+            self.usd = None if cost is None or self.usd is None else self.usd + cost
             self.tokens += rec.prompt["tokens"]
             self.cached += rec.prompt["cached"]
             self.searches += any(c["name"] in SEARCHES for c in (rec.reply or {}).get("calls", []))
@@ -791,11 +856,29 @@ def earlier(plan: tuple[Turn, ...], day: int) -> tuple[Turn, ...]:
     return (replace(plan[0], text=f"(day {day}) {plan[0].text}"), *plan[1:])
 
 
+def reported(run: Run, proxy: MitmDump, since: float) -> None:
+    """The proxy's telemetry of the measured session: its records (one per client request,
+    created when the request came in, so after ``since``), their ``cost_usd`` and
+    ``cost_usd_without`` summed. Records are written after the client has its answer: waited for."""
+    def ours(record: dict[str, Any]) -> bool:
+        return float(record.get("time") or 0) >= since
+    try:
+        lines = proxy.records(where=ours, at_least=run.turns, timeout=TELEMETRY_WAIT_S)
+    except AssertionError:  # fewer records than requests: the run disagrees (``Run.agrees``)
+        lines = proxy.records(at_least=0)
+    records = [r for r in lines if ours(r)]
+    run.records = len(records)
+    run.reported = sum(r["cost_usd"] for r in records if isinstance(r.get("cost_usd"), (int, float)))
+    run.without = sum(r["cost_usd_without"] for r in records if isinstance(r.get("cost_usd_without"), (int, float)))
+    run.unpriced = sum(1 for r in records if r.get("usage") and not isinstance(r.get("cost_usd"), (int, float)))
+
+
 def session(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], plan: tuple[Turn, ...],
-            result_bytes: int, warm: int = 0) -> Run:
+            result_bytes: int, table: PriceTable, warm: int = 0) -> Run:
     """One session on a fresh key (no cache, no addon session shared with another run); with
     ``warm``, that many earlier sessions of the same key first (what the addon learns from them
-    is in play; they are not counted)."""
+    is in play; they are not counted). Through the addon, its telemetry of the measured session
+    is read too."""
     key = f"bench-{api}-{path}-{uuid.uuid4().hex[:8]}"
     make = CLIENTS[path][api] if path in CLIENTS else AGENTS[api]
     before = [earlier(plan, day) for day in range(1, warm + 1)]
@@ -808,22 +891,27 @@ def session(api: str, path: str, route: Route, fake: FakeProvider, tools: list[T
     fake.reset()
     fake.prompt_cache = True
     fake.set_script(SessionModel(plan, *before))
-    run = Run(api, path)
+    run = Run(api, path, addon=path in CONFIGS)
+    since = time.time()
+    agent: Agent | None = None
     try:
         agent = make(route, key, tools)
         run.done = play(agent, plan, result_bytes)
     except Exception as exc:  # a broken run is reported, and the others still run
         run.errors.append(f"client: {exc!r}"[:300])
-    run.add(fake.api_requests())
+    run.turns = agent.sent if agent else 0
+    run.add(fake.api_requests(), table)
+    if run.addon and route.proxy and not run.errors:
+        reported(run, route.proxy, since)
     return run
 
 
 def measure(api: str, path: str, route: Route, fake: FakeProvider, tools: list[Tool], plan: tuple[Turn, ...],
-            result_bytes: int, failures: list[str], warm: int = 0) -> Run:
+            result_bytes: int, failures: list[str], table: PriceTable, warm: int = 0) -> Run:
     """A session; one that fails is played once more, its failure (and the proxy's complaints) kept for the report."""
     for attempt in (1, 2):
         since = route.proxy.log_offset() if route.proxy else 0
-        run = session(api, path, route, fake, tools, plan, result_bytes, warm)
+        run = session(api, path, route, fake, tools, plan, result_bytes, table, warm)
         if not run.errors:
             break
         said = route.proxy.log_text(since).splitlines() if route.proxy else []
@@ -832,21 +920,42 @@ def measure(api: str, path: str, route: Route, fake: FakeProvider, tools: list[T
     return run
 
 
-def addon_config(source: Path, overrides: dict[str, Any]) -> Callable[[Path], str]:
+def addon_config(source: Path, overrides: dict[str, Any], prices: list[Any] | None = None) -> Callable[[Path], str]:
     """``_bench.addon_config`` on ``source`` with ``overrides`` replacing keys of its
-    ``pipes.tool_discovery`` (a whole ``defer`` section, not merged into the shipped one)."""
+    ``pipes.tool_discovery`` (a whole ``defer`` section, not merged into the shipped one), and
+    ``prices`` (rows of a ``prices:`` section, ``--prices``) as its ``prices:``."""
     def text(workdir: Path) -> str:
         cfg = yaml.safe_load(bench.addon_config(base=source)(workdir))
         cfg["pipes"]["tool_discovery"].update(overrides)
+        if prices:
+            cfg["prices"] = [*prices, *(cfg.get("prices") or [])]
         return yaml.safe_dump(cfg, sort_keys=False)
     return text
+
+
+def price_rows(path: Path | None) -> list[Any]:
+    """The rows of ``--prices FILE``: a YAML ``prices:`` section (or its bare list of rows)."""
+    if path is None:
+        return []
+    data = yaml.safe_load(path.read_text())
+    rows = data.get("prices") if isinstance(data, dict) else data
+    try:
+        addon_cfg.parse({"prices": rows})  # a bad row is said here, not by every proxy at start
+    except addon_cfg.ConfigError as exc:
+        raise SystemExit(f"--prices {path}: {exc}") from None
+    return rows
 
 
 # --- report -------------------------------------------------------------------------------------------
 
 
+def usd(value: float | None) -> str:
+    return "n/a" if value is None else f"${value:,.4f}"
+
+
 def report(runs: list[Run], tools: list[Tool], plan: tuple[Turn, ...], failures: list[str], result_bytes: int,
-           elapsed: float, detail: bool = False) -> None:
+           elapsed: float, detail: bool = False) -> bool:
+    """Print the tables; True when every run through the addon reported what the provider billed."""
     tool_turns = sum(bool(t.tool) for t in plan)
     catalog_tokens = sum(len(json.dumps(t)) // 4 for t in anthropic_tools(tools))
     print(f"# A {len(plan)}-turn session over {len(tools)} MCP tools (~{catalog_tokens:,} tokens), "
@@ -855,16 +964,19 @@ def report(runs: list[Run], tools: list[Tool], plan: tuple[Turn, ...], failures:
     print("Billed input in input-token equivalents: Anthropic uncached (all cache writes) × 1.25 + cached × 0.1; "
           "OpenAI uncached + cached × 0.1 (assumed); Gemini uncached + cached × 0.25 (assumed). "
           "*tools[] changed*: upstream requests whose `tools[]` differs from the request before, "
-          "of all but the first. *tool turns*: turns whose tool was called, of those that need one.\n")
+          "of all but the first. *tool turns*: turns whose tool was called, of those that need one. "
+          "*billed $*: the fake's usage of every request (output included) priced per request from the proxy's "
+          f"price table ({', '.join(sorted({f'`{MODELS[r.api]}`' for r in runs}))}).\n")
     print("| API | path | requests | searches | prompt tokens | cached | cached % | billed input | × direct "
-          "| tools[] changed | tool turns |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| billed $ | tools[] changed | tool turns |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     direct = {r.api: r.billed for r in runs if r.path == "direct"}
     for r in runs:
         share = f"{100 * r.cached / r.tokens:.0f}%" if r.tokens else "n/a"
         ratio = f"{r.billed / direct[r.api]:.2f}" if direct.get(r.api) else "n/a"
         print(f"| {r.api} | {r.path} | {r.requests} | {r.searches} | {r.tokens:,} | {r.cached:,} | {share} "
-              f"| {r.billed:,.0f} | {ratio} | {r.changes} of {max(r.requests - 1, 0)} | {r.done} of {tool_turns} |")
+              f"| {r.billed:,.0f} | {ratio} | {usd(r.usd)} | {r.changes} of {max(r.requests - 1, 0)} "
+              f"| {r.done} of {tool_turns} |")
 
     print("\n## Where the cache broke\n")
     print("*breaks in tools[]*: requests after the first whose first uncached segment is a tool (the others "
@@ -878,6 +990,7 @@ def report(runs: list[Run], tools: list[Tool], plan: tuple[Turn, ...], failures:
         n = max(r.requests, 1)
         print(f"| {r.api} | {r.path} | {r.tool_breaks} | {behind} | {r.forwarded / n:.0f} "
               f"| {r.tool_bytes / n / 1024:.1f} |")
+    agree = money(runs)
     if detail:
         for r in runs:
             print(f"\n### {r.api} / {r.path}: every upstream request\n")
@@ -887,6 +1000,50 @@ def report(runs: list[Run], tools: list[Tool], plan: tuple[Turn, ...], failures:
     if failures:
         print("\n## Failed sessions (each played once more; a row whose second attempt failed too is partial)\n")
         print("\n".join(f"- {f}" for f in failures))
+    return agree
+
+
+def money(runs: list[Run]) -> bool:
+    """The proxy's reported cost of each run through the addon beside the provider's bill; True: all agree."""
+    checked = [r for r in runs if r.addon and not r.errors]
+    failed = [r for r in runs if r.addon and r.errors]  # listed under "Failed sessions"
+    if not checked and not failed:
+        return True
+    direct = {r.api: r.usd for r in runs if r.path == "direct"}
+    print("\n## What the proxy reported, against what the provider billed\n")
+    print("*reported*: the proxy's telemetry `cost_usd` summed over the session's records (one per client "
+          "request: the usage of every upstream answer, hidden rounds included, priced); *billed*: the usage the "
+          "fake reported for the same upstream requests, priced per request by the same table "
+          f"(`tooldisco/data/prices.yaml` under the config's `prices:` rows); they must agree within {AGREE:.0%}. "
+          "*without*: the proxy's `cost_usd_without` summed (each turn as if the client's own request had gone "
+          "out), beside what the direct run was billed.\n")
+    print("| API | path | client requests (records) | reported $ | billed $ | difference | agree "
+          "| reported without $ | direct billed $ |")
+    print("|---|---|---:|---:|---:|---:|---|---:|---:|")
+    for r in (r for r in runs if r.addon):
+        if r.errors:
+            print(f"| {r.api} | {r.path} | {r.turns} | n/a | n/a | n/a | not checked: the session failed | n/a "
+                  f"| {usd(direct.get(r.api))} |")
+            continue
+        gap = r.gap
+        diff = "n/a" if gap is None else f"{100 * gap:+.4f}%" if abs(gap) >= 5e-7 else "0.0000%"
+        recorded = f"{r.turns} ({r.records})" + (f", {r.unpriced} unpriced" if r.unpriced else "")
+        print(f"| {r.api} | {r.path} | {recorded} | {usd(r.reported if r.records else None)} | {usd(r.usd)} "
+              f"| {diff} | {'yes' if r.agrees else '**no**'} | {usd(r.without if r.records else None)} "
+              f"| {usd(direct.get(r.api))} |")
+    bad = [r for r in checked if not r.agrees]
+    skipped = f"; {len(failed)} not checked (their sessions failed)" if failed else ""
+    if bad:
+        print(f"\nCost check FAILED: {len(bad)} of {len(checked)} runs through the addon reported a cost more than "
+              f"{AGREE:.0%} from the provider's bill (or left turns unrecorded or unpriced): "
+              + ", ".join(f"{r.api}/{r.path}" for r in bad) + skipped)
+    elif checked:
+        print(f"\nCost check: ok, {len(checked)} of {len(checked)} runs through the addon reported within {AGREE:.0%} "
+              f"of the provider's bill (largest difference {max(abs(r.gap or 0) for r in checked):.4%}){skipped}.")
+    else:
+        print(f"\nCost check: none of the {len(failed)} runs through the addon could be checked "
+              "(their sessions failed).")
+    return not bad
 
 
 def main() -> None:
@@ -901,6 +1058,11 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=0, help="play only the plan's first N turns (0: all)")
     ap.add_argument("--warm", type=int, default=0,
                     help="earlier sessions of the same tenant played (and not counted) before the measured one")
+    ap.add_argument("--prices", type=Path, metavar="FILE",
+                    help="a YAML prices: section the proxies' configs get (their rows first), priced alike here")
+    ap.add_argument("--telemetry", type=Path, metavar="DIR",
+                    help="keep each addon path's telemetry as DIR/<path>.jsonl, every run's records (--warm "
+                         "sessions' too), for tooldisco report")
     args = ap.parse_args()
     paths = ["direct", *(p for p in args.paths.split(",") if p and p != "direct")]
     if set(paths) - set(PATHS):
@@ -920,8 +1082,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_session_") as tmp_name, FakeProvider(stream_delay=0) as fake:
         tmp = Path(tmp_name)
         proxies = {"mitmdump": MitmDump(tmp / "plain", fake.url, name="plain")} if "mitmdump" in paths else {}
-        proxies |= {p: MitmDump(tmp / p, fake.url, script=ADDON_PATH, config=addon_config(*c), name=p)
+        rows = price_rows(args.prices)
+        proxies |= {p: MitmDump(tmp / p, fake.url, script=ADDON_PATH, config=addon_config(*c, rows), name=p)
                     for p, c in CONFIGS.items() if p in paths}
+        # Each path's prices: through the addon, its config's (the same overrides it prices turns with);
+        # elsewhere the shipped config's, with --prices.
+        shipped = price_table(yaml.safe_load(addon_config(SHIPPED, {}, rows)(tmp)))
+        tables = {p: price_table(yaml.safe_load(addon_config(*CONFIGS[p], rows)(tmp / p))) if p in CONFIGS
+                  else shipped for p in paths}
+        unpriced = sorted({f"{MODELS[a]} ({p})" for a in apis for p in paths if tables[p].price(MODELS[a]) is None})
+        if unpriced:
+            ap.error(f"models without a price: {', '.join(unpriced)} (give the config a prices: row)")
         try:
             for proxy in proxies.values():
                 proxy.start()
@@ -933,12 +1104,19 @@ def main() -> None:
                         continue
                     started = time.monotonic()
                     route = Route(fake.url, proxies.get(path))
-                    runs.append(measure(api, path, route, fake, tools, plan, result_bytes, failures, args.warm))
+                    runs.append(measure(api, path, route, fake, tools, plan, result_bytes, failures, tables[path],
+                                        args.warm))
                     print(f"{api} {path}: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         finally:
             for proxy in proxies.values():
                 proxy.stop()
-    report(runs, tools, plan, failures, result_bytes, time.monotonic() - t0, args.detail)
+        if args.telemetry:
+            args.telemetry.mkdir(parents=True, exist_ok=True)
+            for p in CONFIGS:
+                if p in proxies and (proxies[p].workdir / "tool_discovery.jsonl").exists():
+                    shutil.copyfile(proxies[p].workdir / "tool_discovery.jsonl", args.telemetry / f"{p}.jsonl")
+    if not report(runs, tools, plan, failures, result_bytes, time.monotonic() - t0, args.detail):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

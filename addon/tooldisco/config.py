@@ -303,14 +303,24 @@ class MetricsSettings:
 class Price:
     """One row of ``prices``: what a model's tokens cost, in US dollars per million tokens."""
 
-    match: tuple[str, ...]  # glob patterns over the request's model (``fnmatch``, case-sensitive)
+    match: tuple[str, ...]  # glob patterns over the request's model (matched by ``policy.pricing``)
     input: float  # the uncached part of the prompt
     cache_read: float
     cache_write: float
     output: float
+    long_context: LongContext | None = None  # the prices of a request whose prompt is longer
 
-    def applies(self, model: str) -> bool:
-        return bool(model) and any(fnmatch.fnmatchcase(model, p) for p in self.match)
+
+@dataclass(frozen=True)
+class LongContext:
+    """A price row's long-context tier: a request whose prompt has more than ``above`` tokens
+    is priced at these rates instead (each request by its own prompt)."""
+
+    above: int
+    input: float
+    cache_read: float
+    cache_write: float
+    output: float
 
 
 @dataclass(frozen=True)
@@ -332,10 +342,6 @@ class Config:
     def handles_host(self, host: str) -> bool:
         host = host.lower().rstrip(".")
         return any(fnmatch.fnmatchcase(host, pattern.lower()) for pattern in self.hosts)
-
-    def price(self, model: str | None) -> Price | None:
-        """The first ``prices`` row whose patterns match ``model``; None: unpriced."""
-        return next((p for p in self.prices if p.applies(model or "")), None)
 
 
 @memoize(4 * MiB)  # keyed by tool names the client picks: bounded by bytes
@@ -694,10 +700,25 @@ def _prices(top: _Section) -> tuple[Price, ...]:
             if not s.has(name):
                 raise ConfigError(f"{s.path(name)}: required ($ per million tokens)")
         price_in = _price(s, "input", 0.0)
+        long = _long_context(s.section("long_context")) if s.has("long_context") else None
         out.append(Price(match=match, input=price_in, cache_read=_price(s, "cache_read", price_in),
-                         cache_write=_price(s, "cache_write", price_in), output=_price(s, "output", 0.0)))
+                         cache_write=_price(s, "cache_write", price_in), output=_price(s, "output", 0.0),
+                         long_context=long))
         s.done()
     return tuple(out)
+
+
+def _long_context(s: _Section) -> LongContext:
+    """``prices[].long_context``: ``above`` (tokens of a request's prompt) and the rates past it."""
+    for name in ("above", "input", "output"):
+        if not s.has(name):
+            raise ConfigError(f"{s.path(name)}: required")
+    above = s.integer("above", 1, lo=1)
+    price_in = _price(s, "input", 0.0)
+    long = LongContext(above=above, input=price_in, cache_read=_price(s, "cache_read", price_in),
+                       cache_write=_price(s, "cache_write", price_in), output=_price(s, "output", 0.0))
+    s.done()
+    return long
 
 
 def _price(s: _Section, name: str, default: float) -> float:

@@ -4,17 +4,23 @@ processes where it measures one.
 Only that the script runs and prints its table: the figures and their bounds are what the scripts
 report, measured on purpose outside the test suite (timings flake on a loaded machine). What this
 keeps from rotting is the scripts themselves: their use of the addon's API, of the harness, of the
-fake provider and of the shipped configs. ``scripts/chaos.py`` has its own smoke test
-(``test_chaos_smoke.py``); ``scripts/memtrace.py`` is the probe ``bench_memory.py`` and
-``soak.py`` load into their proxies, so it runs here through them.
+fake provider and of the shipped configs. One figure is checked here because it does not depend
+on the machine: ``bench_session``'s cost check (the proxy's reported cost, its telemetry's
+``cost_usd``, against the fake provider's bill priced by the same table, within 1%), and
+``tooldisco report --json`` over that run's telemetry summing the same money.
+``scripts/chaos.py`` has its own smoke test (``test_chaos_smoke.py``); ``scripts/memtrace.py``
+is the probe ``bench_memory.py`` and ``soak.py`` load into their proxies, so it runs here
+through them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -44,7 +50,8 @@ SMOKE: dict[str, list[str]] = {
     "crash_test": ["--backend", "disk", "--sessions", "4", "--kills", "1"],
     "bench_memory": ["--smoke"],
     "bench_ttfb": ["--runs", "1", "--delay", "0.01", "--concurrency", "2"],
-    "bench_session": ["--plan", "release", "--turns", "3", "--apis", "anthropic", "--paths", "mitmdump,tool-search"],
+    "bench_session": ["--plan", "release", "--turns", "3", "--paths", "mitmdump,tool-search",
+                      "--telemetry", "{tmp}/telemetry"],
     "bench_agents": ["--smoke"],
     "bench_learning": ["--data", "tests/fixtures/learning_tiny.json", "--quick"],
 }
@@ -58,6 +65,62 @@ def tiny_bfcl(path: Path) -> None:
     tools = [t["function"] for t in openai_tools(120)]
     path.write_text(json.dumps({"tools": tools, "queries": [
         {"query": t["description"], "labels": [t["name"]]} for t in tools[:40]]}))
+
+
+# bench_session's APIs, as the addon's telemetry names them
+SESSION_APIS = {"anthropic": "anthropic", "chat": "openai_chat", "responses": "openai_responses", "gemini": "gemini"}
+AGREE = Decimal("0.01")
+USD = re.compile(r"^\$([\d,]+\.\d{4})$")
+
+
+def dollars(cell: str) -> Decimal:
+    m = USD.match(cell)
+    assert m, f"not a dollar figure: {cell!r}"
+    return Decimal(m.group(1).replace(",", ""))
+
+
+def records(path: Path) -> list[dict]:
+    """Telemetry lines, numbers as written (decimals: sums are exact, as the report's)."""
+    return [json.loads(line, parse_float=Decimal) for line in path.read_text().splitlines() if line.strip()]
+
+
+def report_json(*paths: Path) -> dict:
+    """``tooldisco report --json`` over ``paths``, as a user runs it."""
+    run = subprocess.run([sys.executable, "-m", "tooldisco.cli", "report", *map(str, paths), "--json", "--quiet"],
+                         check=False, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout)
+
+
+def check_session_cost(stdout: str, tmp: Path) -> None:
+    """The proxy reported what the provider billed, every API, and the report sums what it reported."""
+    lines = stdout.splitlines()
+    head = lines.index(next(line for line in lines if line.startswith("| API | path | client requests (records)")))
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[head + 2:] if line.startswith("| ")]
+    by_api = {r[0]: r for r in rows if r[1] == "tool-search"}
+    assert set(by_api) == set(SESSION_APIS), stdout[-3000:]
+    assert any(line.startswith(f"Cost check: ok, {len(rows)} of {len(rows)} runs") for line in lines), stdout[-3000:]
+    log = records(tmp / "telemetry" / "tool-search.jsonl")
+    for api, (_, _, requests, reported, billed, _, agree, without, _) in by_api.items():
+        turns = [r for r in log if r["provider"] == SESSION_APIS[api]]
+        assert requests == f"{len(turns)} ({len(turns)})" and agree == "yes", (api, requests, agree)
+        assert all(isinstance(r["cost_usd"], Decimal) and r["model"] for r in turns), turns
+        # what the table says the proxy reported is its telemetry's; within 1% of the bill (4-place rounding aside)
+        spent = sum(r["cost_usd"] for r in turns)
+        assert abs(spent - dollars(reported)) <= Decimal("0.00005"), (api, spent, reported)
+        assert abs(dollars(reported) - dollars(billed)) <= AGREE * dollars(billed) + Decimal("0.0001"), \
+            (api, reported, billed)
+        assert abs(sum(r["cost_usd_without"] for r in turns) - dollars(without)) <= Decimal("0.00005")
+    figures = report_json(tmp / "telemetry" / "tool-search.jsonl")
+    money = figures["money"]
+    spent, without = sum(r["cost_usd"] for r in log), sum(r["cost_usd_without"] for r in log)
+    assert money["spent_usd"] == float(spent) and money["without_usd"] == float(without), (money, spent, without)
+    assert money["saved_usd"] == float(without - spent) and money["priced_turns"] == len(log)
+    assert money["unpriced_turns"] == 0 and figures["unmetered_records"] == 0
+
+
+# script -> what its output must show beyond a table (stdout, the test's temp dir)
+CHECKS = {"bench_session": check_session_cost}
 
 
 def test_every_benchmark_has_a_smoke_run() -> None:
@@ -79,3 +142,5 @@ def test_benchmark_runs_and_prints_its_table(script: str, tmp_path: Path) -> Non
     header = next((i for i, line in enumerate(lines) if line.startswith("| ")), None)
     assert header is not None, f"{script} printed no table:\n{run.stdout[-3000:]}"
     assert lines[header + 1].startswith("|---") and lines[header + 2].startswith("| "), run.stdout[-3000:]
+    if script in CHECKS:
+        CHECKS[script](run.stdout, tmp_path)

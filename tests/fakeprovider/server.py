@@ -73,6 +73,7 @@ class RecordedRequest:
     events_total: int | None = None  # how many events the stream had to write (None: not a stream)
     client_gone: bool = False  # a write failed: the client closed the connection before the answer was written
     finished_at: float | None = None  # monotonic time the last response byte was written (or the write failed)
+    sent: bytearray = field(default_factory=bytearray, repr=False)  # the body as written (a stream: its events)
     done: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -531,6 +532,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD":
+            if rec is not None:
+                rec.sent += data
             self.wfile.write(data)
         self.wfile.flush()
 
@@ -554,6 +557,7 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(delay)
             rec.event_times.append(time.monotonic())
             if event:
+                rec.sent += event
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
                 self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")

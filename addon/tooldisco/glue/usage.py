@@ -10,6 +10,7 @@ whatever goes wrong here only loses that turn's usage.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import zlib
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any
 from mitmproxy import http
 
 from tooldisco.apis.usage_scan import UsageScan
+from tooldisco.core import bodies
 from tooldisco.engine.accounting import Tally
 from tooldisco.glue import metadata
 from tooldisco.glue.options import Options
@@ -47,7 +49,7 @@ class UsageTap:
         except Exception:
             log.debug("usage tap not set", exc_info=True)
 
-    def response(self, flow: http.HTTPFlow) -> None:
+    async def response(self, flow: http.HTTPFlow) -> None:
         meta = metadata.of(flow)
         passed = meta.passed if meta is not None else None
         if passed is None or flow.response is None:
@@ -57,11 +59,16 @@ class UsageTap:
         try:
             if passed.scan is not None:
                 usage = passed.scan.usage()
-            elif flow.response.status_code == 200 and flow.response.raw_content is not None:
+            elif flow.response.status_code == 200 and (raw := flow.response.raw_content) is not None:
                 scan = UsageScan(passed.adapter, list(flow.response.headers.items(multi=True)))
                 engine = self._options.engine
-                body = flow.response.get_content(strict=False, limit=engine.config.max_body_bytes if engine else None)
-                scan.feed(body or b"")
+                cap = engine.config.max_body_bytes if engine else MAX_INFLATED
+                # Decoded within the cap (``core.bodies``), off the event loop when it is encoded:
+                # mitmproxy's ``get_content`` takes no cap.
+                coding = flow.response.headers.get("content-encoding")
+                body = await asyncio.to_thread(bodies.decode, raw, coding, cap) if coding else \
+                    bodies.decode(raw, coding, cap)
+                scan.feed(body)
                 usage = scan.usage()
         except Exception:
             log.debug("usage of a passed-through answer not read", exc_info=True)

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from tooldisco.policy.pricing import PriceTable
 from tooldisco.config import ConfigError, MetricsSettings, Price, format_listen, parse, parse_listen
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -12,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_defaults_metrics_off_no_prices_a_quarter_of_the_context():
     cfg = parse({})
     assert cfg.metrics == MetricsSettings() and cfg.metrics.listen is None and cfg.metrics.address is None
-    assert cfg.prices == () and cfg.price("claude-sonnet-4-5") is None
+    assert cfg.prices == ()
     assert cfg.tool_discovery.context_warn_share == 0.25
 
 
@@ -82,13 +83,15 @@ def test_prices_first_match_wins_and_cache_prices_default_to_input():
         {"match": "claude-*", "input": "${SONNET_IN:-3}", "output": 15},
         {"match": "*", "input": 0, "output": 0},
     ]}, env={})
-    opus = cfg.price("claude-opus-4-1-20250805")
-    assert opus == Price(("claude-opus-4*", "*anthropic.claude-opus-4*"), 15.0, 1.5, 18.75, 75.0)
-    assert cfg.price("us.anthropic.claude-opus-4-1-v1:0") is opus
-    sonnet = cfg.price("claude-sonnet-4-5")
+    assert cfg.prices[0] == Price(("claude-opus-4*", "*anthropic.claude-opus-4*"), 15.0, 1.5, 18.75, 75.0)
+    table = PriceTable.load(cfg.prices)  # how the engine reads them: the rows before the shipped table
+    opus = table.price("claude-opus-4-1-20250805")
+    assert (opus.input, opus.cache_read, opus.cache_write, opus.output) == (15.0, 1.5, 18.75, 75.0)
+    assert table.price("us.anthropic.claude-opus-4-1-v1:0") == opus
+    sonnet = table.price("claude-sonnet-4-5")
     assert (sonnet.input, sonnet.cache_read, sonnet.cache_write, sonnet.output) == (3.0, 3.0, 3.0, 15.0)
-    assert cfg.price("gpt-5").input == 0  # the catch-all
-    assert cfg.price(None) is None and cfg.price("") is None
+    assert table.price("gpt-5").input == 0  # the catch-all
+    assert table.price(None) is None and table.price("") is None
 
 
 def test_context_warn_share():
@@ -111,3 +114,14 @@ def test_the_new_keys_are_documented_with_their_defaults():
     assert rows["`prices[].input` / `.output`"] == "— (required)"
     assert rows["`prices[].cache_read` / `.cache_write`"] == "the row's `input`"
     assert rows["`…context_warn_share`"] == "`0.25`"
+
+
+def test_a_price_row_may_have_a_long_context_tier():
+    cfg = parse({"prices": [{"match": "big-model*", "input": 1, "output": 2,
+                             "long_context": {"above": 200_000, "input": 2, "output": 4}}]}, env={})
+    table = PriceTable.load(cfg.prices)
+    price = table.price("big-model-1")
+    assert price.above == 200_000 and (price.long.input, price.long.output) == (2.0, 4.0)
+    with pytest.raises(ConfigError, match=r"prices\[0\]\.long_context\.above: required"):
+        parse({"prices": [{"match": "m", "input": 1, "output": 2, "long_context": {"input": 2, "output": 4}}]},
+              env={})

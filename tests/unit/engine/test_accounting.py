@@ -93,3 +93,19 @@ def test_completing_never_raises():
     tally = Tally(rec)
     tally.answered(200, TokenUsage(1, 0, 0, 1))
     Accounting(PRICES, 0.25).complete(rec, tally)  # logged, not raised
+
+
+def test_each_upstream_answer_is_priced_alone_against_a_long_context_price():
+    """A turn of two rounds whose prompts are each under the long-context threshold costs the
+    base price: the provider prices each request by its own prompt, not by the turn's sum."""
+    prices = PriceTable.load([{"match": "test-model*", "input": 1.0, "output": 2.0,
+                               "long_context": {"above": 1_000, "input": 10.0, "output": 20.0}}])
+    rec = record()
+    tally = Tally(rec)
+    tally.answered(200, TokenUsage(800, 0, 0, 10))
+    tally.answered(200, TokenUsage(900, 0, 0, 20))  # 1,700 over the turn, each under 1,000
+    Accounting(prices, 0.25).complete(rec, tally)
+    assert rec.cost_usd == pytest.approx((1_700 * 1.0 + 30 * 2.0) / 1e6)
+    tally.answered(200, TokenUsage(1_200, 0, 0, 5))  # this one over it: only it at the long price
+    Accounting(prices, 0.25).complete(rec, tally)
+    assert rec.cost_usd == pytest.approx((1_700 * 1.0 + 30 * 2.0 + 1_200 * 10.0 + 5 * 20.0) / 1e6)
