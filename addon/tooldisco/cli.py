@@ -282,8 +282,9 @@ def _run(ns: argparse.Namespace) -> int:
           + (f"\nMetrics: Prometheus on {metrics} (the proxy's log names the URL)" if metrics else ""),
           file=sys.stderr)
     if ns.web and not any("web_password=" in a for a in cmd):
-        # The addon masks every ?token= in mitmproxy's log, mitmweb's own URL included: make the
-        # token here, give mitmweb only its argon2 hash, and print the URL once.
+        # The addon masks every ?token= in mitmproxy's log but mitmweb's own login URL on loopback
+        # (glue.webui): make the token here, give mitmweb only its argon2 hash, and print the URL
+        # once, whatever --web-host says.
         import argon2  # mitmweb's own dependency: here, since only --web needs it
 
         token = secrets.token_hex(16)

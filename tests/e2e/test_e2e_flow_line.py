@@ -4,7 +4,6 @@ user's words."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from functools import partial
 from pathlib import Path
@@ -61,7 +60,11 @@ def test_mitmdump_prints_a_startup_summary_and_a_line_per_flow(proxy, fake, mode
                            f"1 search, 2 hits: {TARGET}, ")
     assert f"called {TARGET}" in line and f"~{saved:,} tok saved (tool tokens ~{record['tool_tokens_before']:,} sent → "
     assert f"~{record['tool_tokens_after']:,} in the prompt" in line
-    assert re.search(rf" · \+{record['loop_added_ms']:.1f} ms$", line)
+    # The end: the result in words, the upstream rounds, the times as the record measured them, its id.
+    proxy_ms = record["processing_ms"] + record["loop_added_ms"]
+    assert line.endswith(f" · answered after 1 search, 2 upstream rounds, {record['total_ms']:.1f} ms total: upstream "
+                         f"{record['upstream_ms']:.1f} ms, proxy {proxy_ms:.1f} ms, id {record['id']}")
+    assert record["upstream_ms"] > 0 and record["total_ms"] >= record["upstream_ms"]
     assert ("on the wire" in line) == (record["deferral"] == "native")
     out = proxy.log_text()
     assert KEY not in out and SECRET_QUESTION not in out and "weather forecast" not in out and "beta=true" not in line

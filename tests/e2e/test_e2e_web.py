@@ -119,7 +119,7 @@ def test_mitmweb_shows_what_the_addon_did(web, fake, browser, tmp_path):
     assert ["round 2/2:" in t for t in listing] == [False, False, True, False, False, True]
 
     rows(browser, "60→0 −")[1].click()  # the live stream's flow
-    page = shown(browser, "what the client sent, and what went upstream", "search 1: 'weather forecast' (bm25")
+    page = shown(browser, "what the client sent (this body), and what went upstream", "search 1: 'weather forecast' (bm25")
     assert "tools: 60 sent, 1 on the wire, 1 in the prompt" in page and "deferred (search)" in page and "search tool" in page
     assert any(line.startswith("deferred (search)") and line.endswith(f"{TARGET}  ← found, called")
                for line in map(str.strip, page.splitlines()))
@@ -133,7 +133,8 @@ def test_mitmweb_shows_what_the_addon_did(web, fake, browser, tmp_path):
           "hidden from the client")
     screenshot(browser, tmp_path, "mitmweb_round.png")
     tab(browser, "Request")
-    page = shown(browser, "the proxy's own round 1/2: the rewritten request", "for client flow", "tools in this body (what the model saw)")
+    page = shown(browser, "⚙ round 1/2: the rewritten request", "the proxy's own request upstream for flow #",
+                 "what the model saw:", "this turn's flows: the client's and its 2 rounds", "list them: ~comment #")
     assert "deferred by the client" not in page
     assert "x-api-key: [redacted]" in page.lower() and "sk-ant-test" not in page  # the proxy's own flows show no key
 
@@ -217,18 +218,20 @@ def test_the_view_and_the_comment_say_what_telemetry_says(web, fake, browser, tm
     # The comment: the lead readable in the Comment column at 1400 px, the same figures after it.
     cell = rows(browser, lead)[0].find_element(By.CSS_SELECTOR, "td.col-comment")
     comment = cell.text
-    assert comment.startswith(f"{lead} · {mode} · {total} tools → {loaded} loaded, {deferred} {DEFERRED_AS[mode]} · "
-                              f"search 'weather forecast' → ")
+    turn, _, said = comment.partition(" ")  # the turn's tag first: its rounds' comments start with it too
+    assert re.fullmatch(r"#[0-9a-f]{6}", turn) and len(rows(browser, turn)) == 3
+    assert said.startswith(f"{lead} · {mode} · {total} tools → {loaded} loaded, {deferred} {DEFERRED_AS[mode]} · "
+                           f"search 'weather forecast' → ")
     for part in (f"{len(found)} found", f"called {TARGET}", f"tool tokens ~{before:,} sent → ~{prompt:,} in the prompt",
                  "2 upstream rounds"):
         assert part in comment
     assert (f"~{wire:,} on the wire" in comment) == (mode == "native")
-    end, visible, cut = browser.execute_script(VISIBLE, cell, len(lead))
-    assert end <= visible, f"the comment's lead {lead!r} is cut in mitmweb's Comment column ({end} > {visible})"
+    end, visible, cut = browser.execute_script(VISIBLE, cell, len(turn))
+    assert end <= visible, f"the comment's tag {turn!r} is cut in mitmweb's Comment column ({end} > {visible})"
     assert cut  # the rest is in the Comment tab
 
     rows(browser, lead)[0].click()
-    page = shown(browser, "what the client sent, and what went upstream", "search 1: 'weather forecast' (bm25")
+    page = shown(browser, "what the client sent (this body), and what went upstream", "search 1: 'weather forecast' (bm25")
     screenshot(browser, tmp_path, f"mitmweb_{mode}.png")
     how = DEFERRED_AS[mode]
     assert f"tools: {total} tools → {loaded} loaded, {deferred} {how}; this turn {len(found)} found, 1 called" in page
@@ -250,7 +253,7 @@ def test_the_view_and_the_comment_say_what_telemetry_says(web, fake, browser, tm
 
     rows(browser, "round 1/2:")[0].click()  # the proxy's first round: what the model saw
     tab(browser, "Request")
-    page = shown(browser, "tools in this body (what the model saw)")
+    page = shown(browser, "what the model saw:", "in the prompt (")
     assert "deferred by the client" not in page and "kept" not in page
     assert sum(line.startswith(how) for line in map(str.strip, page.splitlines())) == (deferred if mode == "native" else 0)
 
@@ -319,3 +322,58 @@ def test_the_report_leads_with_money(browser, tmp_path):
     assert len(sizes) == 8 and all(width > 0 for width in sizes)  # no searches, no fallbacks: those say "none"
     assert "Search latency distribution: none" in text and "Fallbacks by reason: none" in text
     screenshot(browser, tmp_path, "report_money.png")  # the page's top: the money lead
+
+
+def dollars(value: float, fine: bool) -> str:
+    """A dollar figure as the page writes it: to a hundredth of a cent when a figure beside it is under $1."""
+    return f"${value:,.4f}" if fine else f"${value:,.2f}"
+
+
+def test_the_report_on_the_session_benchmarks_telemetry_shows_its_money(browser, tmp_path):
+    """``scripts/bench_session.py`` through the addon (its cost check passing: the proxy reported what
+    the fake provider billed), then ``tooldisco report`` over that run's telemetry: ``--json`` spends
+    the telemetry's sum of ``cost_usd``, and the page, opened as a person would, shows those figures."""
+    import json
+    from decimal import Decimal
+
+    telemetry = tmp_path / "telemetry"
+    bench = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "bench_session.py"), "--plan", "release",
+                            "--turns", "3", "--apis", "anthropic,chat", "--paths", "tool-search",
+                            "--telemetry", str(telemetry)],
+                           check=False, capture_output=True, text=True, timeout=240, cwd=REPO_ROOT)
+    assert bench.returncode == 0 and "\nCost check: ok, 2 of 2 runs" in bench.stdout, \
+        bench.stdout[-3000:] + bench.stderr[-3000:]
+    log = telemetry / "tool-search.jsonl"
+    records = [json.loads(line, parse_float=Decimal) for line in log.read_text().splitlines() if line.strip()]
+    assert {r["model"] for r in records} == {"claude-sonnet-4-6", "gpt-5"}
+
+    report = [sys.executable, "-m", "tooldisco.cli", "report", str(log), "--quiet"]
+    figures = json.loads(subprocess.run([*report, "--json"], check=True, capture_output=True, text=True,
+                                        cwd=REPO_ROOT).stdout)
+    money = figures["money"]
+    spent, without = sum(r["cost_usd"] for r in records), sum(r["cost_usd_without"] for r in records)
+    assert money["spent_usd"] == float(spent) and money["without_usd"] == float(without)
+    assert money["saved_usd"] == float(without - spent) > 0
+    assert money["priced_turns"] == len(records) and money["unpriced_turns"] == 0
+
+    page = tmp_path / "report_session.html"
+    subprocess.run([*report, "-o", str(page)], check=True, capture_output=True, cwd=REPO_ROOT)
+    browser.get(page.as_uri())
+    text = shown(browser, "Tool discovery report", f"{len(records):,} record(s)", "Money")
+    lead = [money[k] for k in ("spent_usd", "without_usd", "saved_usd")]
+    fine = any(0 < abs(v) < 1 for v in lead)
+    spent_text, without_text, saved_text = (dollars(v, fine) for v in lead)
+    assert (f"Spent {spent_text}; without the proxy {without_text}; saved {saved_text} "
+            f"({money['saved_pct']:.1f}%)") in text
+    assert (f"spent without the proxy saved saved % priced turns\n{spent_text} {without_text} {saved_text} "
+            f"{money['saved_pct']:.1f}% {len(records)}") in text
+    assert "0 turns of models with no price." in text
+    assert text.index("Money") < text.index("Tokens by type") < text.index("Per API")
+    for model in ("claude-sonnet-4-6", "gpt-5"):
+        assert any(line.startswith(f"{model} ") for line in text.splitlines()), model  # its row in the model table
+    sizes = WebDriverWait(browser, WAIT).until(
+        lambda d: d.execute_script(
+            "const i = [...document.images]; return i.every(x => x.complete) && i.map(x => x.naturalWidth);"),
+        "the report's images never finished loading")
+    assert sizes and all(width > 0 for width in sizes)
+    screenshot(browser, tmp_path, "report_session.png")  # the page's top: the benchmark's money

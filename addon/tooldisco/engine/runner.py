@@ -248,11 +248,17 @@ class LoopRunner:
 
     def _close_record(self, own_s: float | None = None) -> None:
         """``own_s``: the proxy's own time when it is not the rest of the total (a live flow's
-        total also holds the time the client took to read)."""
+        total also holds the time the client took to read).
+
+        Upstream time is added to what the record holds: a buffered flow's first round was made
+        by mitmproxy before this runner existed, and the glue put its time there from the flow's
+        timestamps (``glue.timing``); every later round, and a live flow's every round, is timed
+        here. The total runs from the start of planning (the record's ``time``) to now."""
         record = self.ctx.record
         total = time.perf_counter() - self._began
-        record.upstream_ms = round(self._upstream_s * 1000, 3)
+        record.upstream_ms = round(record.upstream_ms + self._upstream_s * 1000, 3)
         record.loop_added_ms = round((total - self._upstream_s if own_s is None else own_s) * 1000, 3)
+        record.total_ms = round(max(time.time() - record.time, 0.0) * 1000, 3)
         if self.accounting is not None:
             self.accounting.complete(record, self.tally, len(self.ctx.body))
         self.telemetry.submit(record)

@@ -11,6 +11,7 @@ import os
 import queue
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -62,7 +63,7 @@ class Record:
     loops: int = 0
     restored: int = 0  # stitched messages of the client's history replaced by their real rounds
     loop_added_ms: float = 0.0  # our own time in the phantom loop, upstream time excluded
-    upstream_ms: float = 0.0
+    upstream_ms: float = 0.0  # from sending each upstream request to its answer's last byte, summed
     outcome: str | None = None
     rollout: str | None = None  # api: dark / shadow / partial / full, and whether this session was in
     shadow: dict[str, Any] | None = None  # api dark/shadow: what the selector chose, overlap with relevance
@@ -82,6 +83,11 @@ class Record:
     cost_usd_without: float | None = None  # the same turn priced as if the client's own request had gone out
     context_window: int | None = None  # the model's context window (tokens), when known
     context_share: float | None = None  # the client's tool definitions as a share of that window
+    # From the start of planning to the turn's last byte (a live stream's: as passed to the client,
+    # its reading included); 0: not measured (a record closed before its answer).
+    total_ms: float = 0.0
+    # The turn's short, stable id: the same in mitmdump's line, mitmweb's comment and the report.
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
 class TelemetrySink:

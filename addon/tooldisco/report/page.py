@@ -45,6 +45,8 @@ from typing import Any
 
 from tooldisco.report import selector
 from tooldisco.report.selector import PERCENTILES, percentiles
+from tooldisco.watch.summary import (GLOSSARY, MODES, FlowSummary, last_status, mode_of, outcome_table, passed_of,
+                                     plural, reason_table, reason_words, result_words)
 
 SAMPLE = 20_000  # values kept per latency sample: exact percentiles below it, a uniform sample above
 MAX_BUCKETS = 512  # time buckets; past it their width doubles and neighbours merge
@@ -55,26 +57,46 @@ MAX_NAMES = 40  # distinct models, tenants and agents kept apart; the rest are "
 TOKEN_TYPES = ("input", "cache_read", "cache_write", "output")  # a record's usage: input is the uncached part
 CONTEXT_SHARE_HIGH = 0.25  # tool definitions above this share of the context window are counted
 HOURLY_UP_TO = 2 * 86400  # the saving over time is per hour over a span up to this, per day past it
+TURNS = 100  # the latest turns listed one by one (--turns)
+# The times a turn records (summary.GLOSSARY says what each is): name -> its telemetry field.
+TIMINGS = {"planning": "processing_ms", "upstream": "upstream_ms", "answering": "loop_added_ms", "proxy": "",
+           "total": "total_ms"}
+MAX_SESSIONS = 2000  # sessions followed; past it the rest count as "other"
+SESSIONS_SHOWN = 40  # the sessions listed, the latest first
+MAX_CALLED = 20  # tool names kept per listed turn
+MAX_RESULT_KEYS = 4096  # raw outcome values remembered with the result they count as (free text makes many)
 OTHER = "other"
 ZERO = Decimal(0)
 
 
 class Sample:
-    """A uniform random sample of at most ``size`` floats (reservoir sampling, algorithm R), in a
-    compact array. Reads like the list the selector report expects: ``append``, ``len``, iteration, indexing."""
+    """A uniform random sample of at most ``size`` floats (reservoir sampling, Li's algorithm L:
+    once full, it draws how many values to skip before the next one it keeps, so a value it skips
+    costs a comparison, not a random number), in a compact array. Reads like the list the
+    selector report expects: ``append``, ``len``, iteration, indexing."""
 
     def __init__(self, size: int = SAMPLE, seed: int = 0) -> None:
         self.size = size
         self.seen = 0
         self.values = array("d")
         self._random = random.Random(seed)
+        self._w = 1.0
+        self._next = 0  # the count of values seen at which the next one is kept (once full)
 
     def append(self, value: float) -> None:
         self.seen += 1
         if len(self.values) < self.size:
             self.values.append(value)
-        elif (slot := self._random.randrange(self.seen)) < self.size:
-            self.values[slot] = value
+            if len(self.values) == self.size:
+                self._skip()
+        elif self.seen == self._next:
+            self.values[self._random.randrange(self.size)] = value
+            self._skip()
+
+    def _skip(self) -> None:
+        self._w *= math.exp(math.log(1.0 - self._random.random()) / self.size)
+        gap = math.log(1.0 - self._random.random()) / math.log1p(-self._w) if self._w < 1.0 else 0.0
+        self._next = self.seen + int(gap) + 1
 
     def __len__(self) -> int:
         return len(self.values)
@@ -89,8 +111,9 @@ class Sample:
 @dataclass
 class Bucket:
     requests: int = 0
-    before: int = 0
-    after: int = 0
+    before: int = 0  # tool tokens sent
+    after: int = 0  # in the prompt
+    wire: int = 0  # on the wire
     saved: Counter[str] = field(default_factory=Counter)  # tool tokens saved, per API
 
 
@@ -103,7 +126,7 @@ class Timeline:
         self.most = most
         self.buckets: dict[int, Bucket] = {}
 
-    def add(self, when: float, api: str, before: int, after: int) -> None:
+    def add(self, when: float, api: str, before: int, after: int, wire: int | None = None) -> None:
         bucket = self.buckets.get(key := math.floor(when / self.width))
         if bucket is None:
             bucket = self.buckets[key] = Bucket()
@@ -113,6 +136,7 @@ class Timeline:
         bucket.requests += 1
         bucket.before += before
         bucket.after += after
+        bucket.wire += after if wire is None else wire
         bucket.saved[api] += before - after
 
     def _coarsen(self) -> None:
@@ -123,6 +147,7 @@ class Timeline:
             into.requests += b.requests
             into.before += b.before
             into.after += b.after
+            into.wire += b.wire
             into.saved.update(b.saved)
         self.buckets = merged
 
@@ -135,13 +160,60 @@ class Group:
     """One API's or one strategy's totals and latency samples."""
 
     requests: int = 0
-    before: int = 0
-    after: int = 0
+    before: int = 0  # tool tokens sent
+    after: int = 0  # in the prompt
+    wire: int = 0  # on the wire
     searches: int = 0
     fallbacks: int = 0
-    processing_ms: Sample = field(default_factory=Sample)
-    loop_added_ms: Sample = field(default_factory=Sample)  # requests that ran the phantom loop
+    processing_ms: Sample = field(default_factory=Sample)  # planning
+    upstream_ms: Sample = field(default_factory=Sample)  # turns whose upstream time was measured
+    loop_added_ms: Sample = field(default_factory=Sample)  # answering, over the turns that searched
+    total_ms: Sample = field(default_factory=Sample)  # turns whose total was measured
     search_ms: Sample = field(default_factory=Sample)
+
+
+# How a turn ended, as counted: (passed through, outcome, fallback reason, an upstream error status).
+ResultKey = tuple[bool, str, str, "int | None"]
+OTHER_RESULT: ResultKey = (False, OTHER, "", None)
+
+
+@dataclass
+class ModeRow:
+    """The turns of one mode (``summary.MODES``): tools and tool tokens, the three counts."""
+
+    turns: int = 0
+    tools_sent: int = 0
+    loaded: int = 0
+    deferred: int = 0
+    sent: int = 0  # tool tokens sent
+    wire: int = 0  # on the wire
+    prompt: int = 0  # in the prompt
+    searches: int = 0
+    hits: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"turns": self.turns, "tools": {"sent": self.tools_sent, "loaded": self.loaded,
+                                               "deferred": self.deferred},
+                "tokens": {"sent": self.sent, "wire": self.wire, "prompt": self.prompt,
+                           "saved": self.sent - self.prompt, "saved_pct": _pct_json(self.sent - self.prompt, self.sent)},
+                "searches": self.searches, "hits": self.hits}
+
+
+@dataclass
+class SessionRow:
+    """One session's turns: when, what they searched, what they saved, the last turn's id."""
+
+    turns: int = 0
+    first: float | None = None
+    last: float | None = None
+    searches: int = 0
+    saved: int = 0  # tool tokens sent minus in the prompt
+    last_id: str = ""
+
+    def as_json(self, name: str) -> dict[str, Any]:
+        return {"session": name, "turns": self.turns, "first": _when(self.first) if self.first is not None else None,
+                "last": _when(self.last) if self.last is not None else None, "searches": self.searches,
+                "saved": self.saved, "last_id": self.last_id}
 
 
 @dataclass
@@ -233,6 +305,7 @@ class Filters:
     strategies: tuple[str, ...] = ()
     tenants: tuple[str, ...] = ()  # tenant hash prefixes
     agents: tuple[str, ...] = ()  # client families (claude-code, codex, ...)
+    ids: tuple[str, ...] = ()  # turns' telemetry ids (prefixes)
 
     def keep(self, record: dict[str, Any]) -> bool:
         when = _number(record.get("time"))
@@ -250,6 +323,8 @@ class Filters:
             return False
         if self.apis and record.get("provider") not in self.apis:
             return False
+        if self.ids and not str(record.get("id") or "").startswith(self.ids):
+            return False
         return not self.strategies or record.get("strategy") in self.strategies
 
     def describe(self) -> str:
@@ -259,7 +334,7 @@ class Filters:
         if self.until is not None:
             parts.append(f"until {_when(self.until)}")
         for name, values in (("session", self.sessions), ("tenant", self.tenants), ("agent", self.agents),
-                             ("API", self.apis), ("strategy", self.strategies)):
+                             ("API", self.apis), ("strategy", self.strategies), ("id", self.ids)):
             if values:
                 parts.append(f"{name} {', '.join(values)}")
         return "; ".join(parts) or "none"
@@ -268,7 +343,7 @@ class Filters:
 class Aggregate:
     """Everything the page shows, added one record at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, turns: int = TURNS) -> None:
         self.lines = 0
         self.malformed = 0
         self.filtered = 0
@@ -302,6 +377,18 @@ class Aggregate:
         self.context_share = Sample()
         self.context_max: float | None = None
         self.context_high = 0  # turns above CONTEXT_SHARE_HIGH
+        # per turn: the modes, how turns ended, the latest turns one by one, the sessions
+        self.modes: dict[str, ModeRow] = {mode: ModeRow() for mode in MODES}
+        self.results: Counter[ResultKey] = Counter()  # how turns ended -> turns
+        self._result_keys: dict[tuple[Any, ...], ResultKey] = {}  # a record's raw values -> their key (a cache)
+        self.max_turns = turns
+        # The latest records (at most twice ``max_turns``, cut back to it when full), and the time
+        # a record must pass to be one of them.
+        self._turns: list[tuple[float, int, dict[str, Any]]] = []
+        self._floor = -math.inf
+        self._seq = 0
+        self.sessions: dict[str, SessionRow] = {}
+        self.timing: dict[str, Sample] = {measure: Sample() for measure in TIMINGS}  # every turn's, as measured
 
     def line(self, text: str, filters: Filters) -> None:
         if (record := selector.parse_line(text, self)) is None:
@@ -316,24 +403,32 @@ class Aggregate:
         api, strategy = str(record.get("provider")), str(record.get("strategy"))
         before = int(_number(record.get("tool_tokens_before")) or 0)
         after = int(_number(record.get("tool_tokens_after")) or 0)
+        wire = int(_number(record.get("tool_tokens_wire")) or after)  # before it was counted apart: the prompt's
         when = _time(record.get("time"))
         if when is not None:
             self.first = when if self.first is None else min(self.first, when)
             self.last = when if self.last is None else max(self.last, when)
-            self.timeline.add(when, api, before, after)
+            self.timeline.add(when, api, before, after, wire)
         searches = [s for s in record.get("searches") or [] if isinstance(s, dict)]
         looped = bool(searches) or (_number(record.get("loops")) or 0) > 0
         reason = record.get("fallback_reason")
+        upstream, total = _number(record.get("upstream_ms")), _number(record.get("total_ms"))
+        planning, answering = _number(record.get("processing_ms")), _number(record.get("loop_added_ms"))
         for group in (self.apis[api], self.strategies[strategy]):
             group.requests += 1
             group.before += before
             group.after += after
+            group.wire += wire
             group.searches += len(searches)
             group.fallbacks += bool(reason)
-            if (ms := _number(record.get("processing_ms"))) is not None:
-                group.processing_ms.append(ms)
-            if looped and (ms := _number(record.get("loop_added_ms"))) is not None:
-                group.loop_added_ms.append(ms)
+            if planning is not None:
+                group.processing_ms.append(planning)
+            if upstream:
+                group.upstream_ms.append(upstream)
+            if looped and answering is not None:
+                group.loop_added_ms.append(answering)
+            if total:
+                group.total_ms.append(total)
             for s in searches:
                 if (ms := _number(s.get("latency_ms"))) is not None:
                     group.search_ms.append(ms)
@@ -347,6 +442,91 @@ class Aggregate:
             self.fallbacks[self._reason(str(reason))][strategy] += 1
         selector.add(self.api, record)
         self._money(record, when)
+        self._timing(planning or 0.0, upstream or 0.0, answering or 0.0, total or 0.0)
+        self._turn(record, when, before, after, wire, searches)
+
+    def _timing(self, planning: float, upstream: float, answering: float, total: float) -> None:
+        """Each time the turn measured (a turn written before a time was measured has it 0: not counted)."""
+        timing = self.timing
+        if planning > 0:
+            timing["planning"].append(planning)
+        if upstream > 0:
+            timing["upstream"].append(upstream)
+        if answering > 0:
+            timing["answering"].append(answering)
+        if planning + answering > 0:
+            timing["proxy"].append(planning + answering)
+        if total > 0:
+            timing["total"].append(total)
+
+    def _turn(self, record: dict[str, Any], when: float | None, before: int, after: int, wire: int,
+              searches: list[dict[str, Any]]) -> None:
+        """The turn by its mode, by how it ended, in its session, and (one of the latest) alone."""
+        hits = 0
+        for s in searches:
+            if isinstance(matched := s.get("matched"), list):
+                hits += len(matched)
+        row = self.modes[mode_of(record)]
+        row.turns += 1
+        row.tools_sent += _count(record.get("total_tools"))
+        row.loaded += _count(record.get("kept_tools"))
+        row.deferred += _count(record.get("deferred_tools"))
+        row.sent += before
+        row.wire += wire
+        row.prompt += after
+        row.searches += len(searches)
+        row.hits += hits
+        self._result(record)
+        session = record.get("session")
+        if session and isinstance(session, str):
+            kept = self.sessions.get(session)
+            if kept is None:
+                if len(self.sessions) >= MAX_SESSIONS:
+                    session = OTHER
+                kept = self.sessions.get(session) or self.sessions.setdefault(session, SessionRow())
+            kept.turns += 1
+            kept.searches += len(searches)
+            kept.saved += before - after
+            if when is not None:
+                if kept.first is None or when < kept.first:
+                    kept.first = when
+                if kept.last is None or when >= kept.last:
+                    kept.last, kept.last_id = when, _text(record.get("id"))
+        if self.max_turns <= 0 or (at := when if when is not None else -math.inf) <= self._floor:
+            return  # older than every turn listed: nothing to keep
+        self._seq += 1
+        self._turns.append((at, self._seq, record))  # made a row only when listed
+        if len(self._turns) >= 2 * self.max_turns:  # the latest kept, the rest let go: amortized, in any order
+            self._turns.sort(key=_by_time)
+            del self._turns[:-self.max_turns]
+            self._floor = self._turns[0][0]
+
+    def _result(self, record: dict[str, Any]) -> None:
+        """How the turn ended, counted by its telemetry values without their free text (at most
+        ``MAX_REASONS`` kinds; the rest are "other"); said in words once, in ``results_json``."""
+        outcome = record.get("outcome")
+        raw = (bool(record.get("deferral") or record.get("deferred_tools")), outcome, record.get("fallback_reason"),
+               None if outcome else last_status(record))
+        try:
+            key = self._result_keys.get(raw)
+        except TypeError:  # a value no key can hold (a list where a text was expected)
+            raw, key = None, None
+        if key is None:
+            passed = passed_of(record)
+            outcome = _head(outcome)
+            reason = _head(record.get("fallback_reason") if passed is None else passed)
+            status = last_status(record) if not outcome else None  # an error the loop never read
+            key = (passed is not None, outcome, reason, status if status is not None and status >= 400 else None)
+            if raw is not None and len(self._result_keys) < MAX_RESULT_KEYS:
+                self._result_keys[raw] = key
+        if key not in self.results and len(self.results) >= MAX_REASONS:
+            key = OTHER_RESULT
+        self.results[key] += 1
+
+    def turns(self) -> list[dict[str, Any]]:
+        """The latest turns listed, the latest first."""
+        latest = sorted(self._turns, key=_by_time, reverse=True)[: max(self.max_turns, 0)]
+        return [turn_row(record) for _, _, record in latest]
 
     def _money(self, record: dict[str, Any], when: float | None) -> None:
         """Usage, cost, context share, upstream answers and stream passage of one turn."""
@@ -412,6 +592,39 @@ class Aggregate:
         return "other"
 
 
+def turn_row(record: dict[str, Any]) -> dict[str, Any]:
+    """One turn as the report lists it: the figures of mitmdump's line and mitmweb's comment
+    (``summary.FlowSummary``, read from the same record), and its telemetry id to find it by."""
+    said = FlowSummary.of(record)
+    when = _time(record.get("time"))
+    return {
+        "id": said.id, "time": _when(when) if when is not None else None, "api": said.api,
+        "model": _text(record.get("model")), "mode": mode_of(record), "strategy": said.strategy,
+        "session": said.session, "result": said.result,
+        "tools": {"sent": said.sent, "loaded": said.loaded, "deferred": said.deferred},
+        "tokens": {"sent": said.tokens_sent, "wire": said.tokens_wire, "prompt": said.tokens_prompt,
+                   "saved": said.saved},
+        "searches": len(said.searches), "hits": said.hits, "found": len(said.found),
+        "called": list(said.called[:MAX_CALLED]), "rounds": said.rounds, "search_rounds": said.loops,
+        "ms": {"planning": said.processing_ms, "upstream": said.upstream_ms, "answering": said.added_ms,
+               "proxy": round(said.proxy_ms, 3), "total": said.total_ms},
+    }
+
+
+def _by_time(entry: tuple[float, int, dict[str, Any]]) -> tuple[float, int]:
+    return entry[0], entry[1]
+
+
+def _count(value: Any) -> int:
+    """A count as recorded; anything else is 0."""
+    return value if type(value) is int else int(_number(value) or 0)
+
+
+def _head(value: Any) -> str:
+    """A telemetry value without its free text (``unsupported: body is not UTF-8 …``)."""
+    return value.split(":", 1)[0][:60] if isinstance(value, str) else ""
+
+
 def _named(rows: dict[str, Spend], name: str) -> str:
     """The name ``name`` is counted under, its row made: itself, or "other" once ``MAX_NAMES`` are kept."""
     if name not in rows and len(rows) >= MAX_NAMES:
@@ -429,15 +642,15 @@ def _decimal(value: Any) -> Decimal | None:
     return None if _number(value) is None else Decimal(repr(value))
 
 
-def read(paths: Sequence[Path], filters: Filters, progress: bool) -> Aggregate:
-    """Stream every line of every file through one ``Aggregate``, with a progress bar over bytes
-    (when tqdm is installed)."""
+def read(paths: Sequence[Path], filters: Filters, progress: bool, turns: int = TURNS) -> Aggregate:
+    """Stream every line of every file through one ``Aggregate`` (listing the latest ``turns``
+    turns), with a progress bar over bytes (when tqdm is installed)."""
     try:
         from tqdm import tqdm
     except ImportError:  # --json needs no extra
         tqdm, progress = None, False
 
-    agg = Aggregate()
+    agg = Aggregate(turns)
     total = sum(p.stat().st_size for p in paths)
     with (tqdm(total=total, unit="B", unit_scale=True, desc="records", disable=not progress, file=sys.stderr)
           if tqdm is not None else _NoBar()) as bar:
@@ -526,15 +739,38 @@ def summary(agg: Aggregate, sources: Sequence[Path], filters: Filters, usd_per_m
         },
         "upstream": {k: agg.upstream.get(k, 0) for k in ("client", "hidden", "errors")},
         "passage": dict(sorted(agg.passage.items())),
+        "by_mode": {mode: row.as_json() for mode, row in agg.modes.items() if row.turns},
+        "results": results_json(agg.results),
+        "fallbacks": {reason: {"words": "other" if reason == OTHER else reason_words(reason),
+                               "turns": sum(counts.values())}
+                      for reason, counts in sorted(agg.fallbacks.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))},
+        "timing": {measure: {"turns": sample.seen, **{f"p{p}": round(v, 3) for p, v in percentiles(sample).items()}}
+                   for measure, sample in agg.timing.items()},
+        "turns": agg.turns(),
+        "sessions": [row.as_json(name) for name, row in sorted(
+            agg.sessions.items(), key=lambda kv: (kv[1].last or 0.0, kv[0]), reverse=True)[:SESSIONS_SHOWN]],
         "tool_tokens": {
             "before": before,
             "after": after,
+            "wire": sum(g.wire for g in agg.apis.values()),
             "saved": before - after,
             "saved_pct": _pct_json(before - after, before),
             "estimated_usd": round((before - after) * usd_per_mtok / 1e6, 6),
             "usd_per_mtok": usd_per_mtok,
         },
     }
+
+
+def results_json(results: Counter[ResultKey]) -> list[dict[str, Any]]:
+    """How turns ended, the most frequent first: the words (``summary.result_words``, with no
+    count of searches) and the telemetry values they stand for."""
+    out = []
+    for (passed, outcome, reason, status), turns in sorted(results.items(), key=lambda kv: (-kv[1], str(kv[0]))):
+        words = OTHER if (passed, outcome, reason, status) == OTHER_RESULT else result_words(
+            reason if passed else None, outcome, None if passed else reason, status, None)
+        out.append({"result": words, "passed_through": passed, "outcome": outcome or None,
+                    "fallback_reason": reason or None, "status": status, "turns": turns})
+    return out
 
 
 def _cumulative(points: Sequence[tuple[float, Decimal]], width: int) -> list[dict[str, Any]]:
@@ -647,11 +883,13 @@ def plots(agg: Aggregate, usd_per_mtok: float) -> dict[str, bytes]:
     series = agg.timeline.ordered()
     times = [datetime.fromtimestamp(t) for t, _ in series]
     marker = "o" if len(series) < 30 else None
-    if series:
+    if any(b.before or b.wire for _, b in series):  # records with no tool tokens: nothing to draw
         fig, ax = plt.subplots(figsize=(9, 3.6))
-        ax.plot(times, [b.before / b.requests for _, b in series], label="original (client sent)", color="#c0392b",
+        ax.plot(times, [b.before / b.requests for _, b in series], label="sent (by the client)", color="#c0392b",
                 marker=marker)
-        ax.plot(times, [b.after / b.requests for _, b in series], label="forwarded", color="#27ae60", marker=marker)
+        ax.plot(times, [b.wire / b.requests for _, b in series], label="on the wire", color="#2980b9",
+                marker=marker, linestyle="--")
+        ax.plot(times, [b.after / b.requests for _, b in series], label="in the prompt", color="#27ae60", marker=marker)
         _time_axis(ax, times[0], times[-1])
         ax.legend()
         ax.set_title(f"Tool tokens per request (mean per {_duration(agg.timeline.width)})")
@@ -710,26 +948,30 @@ def plots(agg: Aggregate, usd_per_mtok: float) -> dict[str, bytes]:
         ax.set_ylabel("% of requests")
         save("searches_per_turn.png", fig)
 
-    if agg.fallbacks:
+    if sum(sum(c.values()) for c in agg.fallbacks.values()):
         fig, ax = plt.subplots(figsize=(9, max(2.5, 0.35 * len(agg.fallbacks) + 1.2)))
         reasons = sorted(agg.fallbacks, key=lambda r: sum(agg.fallbacks[r].values()))
+        labels = [_short_label(OTHER if r == OTHER else reason_words(r)) for r in reasons]
         left = [0] * len(reasons)
         for strategy in sorted({s for c in agg.fallbacks.values() for s in c}):
             counts = [agg.fallbacks[r].get(strategy, 0) for r in reasons]
-            ax.barh(reasons, counts, left=left, label=strategy)
+            ax.barh(labels, counts, left=left, label=strategy)
             left = [a + b for a, b in zip(left, counts)]
         ax.legend(fontsize="small")
         ax.set_title("Fallbacks by reason (requests passed unchanged or resent), per strategy")
         ax.set_xlabel("requests")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         save("fallbacks.png", fig)
 
-    if agg.apis:
+    if any(g.before or g.wire for g in agg.apis.values()):
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
         for ax, (title, groups) in zip(axes, (("per API", agg.apis), ("per strategy", agg.strategies))):
             names = sorted(groups)
             xs = range(len(names))
-            ax.bar([x - 0.2 for x in xs], [groups[n].before for n in names], 0.4, label="original", color="#c0392b")
-            ax.bar([x + 0.2 for x in xs], [groups[n].after for n in names], 0.4, label="forwarded", color="#27ae60")
+            ax.bar([x - 0.27 for x in xs], [groups[n].before for n in names], 0.27, label="sent", color="#c0392b")
+            ax.bar(list(xs), [groups[n].wire for n in names], 0.27, label="on the wire", color="#2980b9")
+            ax.bar([x + 0.27 for x in xs], [groups[n].after for n in names], 0.27, label="in the prompt",
+                   color="#27ae60")
             ax.set_xticks(list(xs), names, rotation=20)
             ax.set_title(f"Tool tokens {title}")
             ax.legend(fontsize="small")
@@ -800,6 +1042,10 @@ def _label(name: str) -> str:
     return name or "unknown"
 
 
+def _short_label(text: str, most: int = 48) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
 # --- the page -----------------------------------------------------------------------------
 
 
@@ -812,23 +1058,40 @@ def page(agg: Aggregate, images: dict[str, bytes], sources: Sequence[Path], filt
         ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
         "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
         "td:first-child,th:first-child{text-align:left}img{max-width:100%;display:block;margin:1em 0}"
-        ".note{color:#555}.money td{font-size:1.3em}</style></head><body>"),
+        ".note{color:#555}.money td{font-size:1.3em}table.turns td,table.turns th{font-size:.85em;text-align:left}"
+        "table.words td,table.words th{text-align:left}</style></head><body>"),
         "<h1>Tool discovery report</h1>",
         (f"<p>{html.escape(', '.join(str(p) for p in sources))}: {agg.lines:,} line(s), {agg.malformed:,} malformed, "
         f"{agg.filtered:,} left out by the filters ({html.escape(filters.describe())}); "
-        f"<b>{agg.records:,} record(s)</b>, {html.escape(span)}.</p>"),
+        f"<b>{agg.records:,} record(s)</b>, {html.escape(span)}. The words are explained at the end "
+        "(<a href='#words'>Words</a>).</p>"),
         *_money_section(figures, images),
         "<h2>Tool tokens (estimated)</h2>",
-        (f"<p>Estimated tool tokens: {tool['before']:,} sent by clients, {tool['after']:,} forwarded, "
-        f"<b>{tool['saved']:,} saved</b> ({_pct(tool['saved'], tool['before'])}), about "
-        f"<b>${tool['estimated_usd']:,.2f}</b> at ${usd_per_mtok:g} per million input tokens.</p>"),
+        (f"<p>Estimated tool tokens: {tool['before']:,} sent by clients, {tool['wire']:,} on the wire, "
+        f"{tool['after']:,} in the prompt, <b>{tool['saved']:,} saved</b> ({_pct(tool['saved'], tool['before'])}), "
+        f"about <b>${tool['estimated_usd']:,.2f}</b> at ${usd_per_mtok:g} per million input tokens.</p>"),
         ("<p class='note'>Tokens here are estimated (4 characters a token) over tool definitions only, and this "
         "cost ignores prompt caching: a changed <code>tools[]</code> also re-bills the cached prompt behind it. "
         "The money above is the providers' own usage, priced, caching included.</p>"),
+        "<h3>By mode</h3>",
+        _mode_table(figures["by_mode"]),
+        "<h2>Results</h2>",
+        ("<p>How turns ended (the words of mitmdump's line and mitmweb's comment), and the telemetry values behind "
+         "them.</p>"),
+        _table(["result", "turns", "outcome", "fallback_reason", "upstream status"],
+               [[r["result"], f"{r['turns']:,}", r["outcome"] or "-", r["fallback_reason"] or "-",
+                 r["status"] or "-"] for r in figures["results"]], css="words"),
+        "<h3>Fallbacks by reason</h3>",
+        _table(["fallback", "turns", "fallback_reason"],
+               [[f["words"], f"{f['turns']:,}", reason] for reason, f in figures["fallbacks"].items()], css="words"),
     ]
-    for name in ("tokens_over_time.png", "cumulative_saved.png", "search_latency.png", "searches_per_turn.png",
-                 "fallbacks.png", "per_api_strategy.png"):
+    for name in ("fallbacks.png", "tokens_over_time.png", "cumulative_saved.png", "search_latency.png",
+                 "searches_per_turn.png", "per_api_strategy.png"):
         parts.append(_image(name, images))
+    parts.append("<h2>Time (ms)</h2>")
+    parts.append(_table(["measure", "turns", *(f"p{p}" for p in PERCENTILES)],
+                        [[m, f"{t['turns']:,}", *(f"{t[f'p{p}']:.1f}" if f"p{p}" in t else "-" for p in PERCENTILES)]
+                         for m, t in figures["timing"].items() if t["turns"]]))
     for title, groups in (("Per API", agg.apis), ("Per strategy", agg.strategies)):
         parts.append(f"<h2>{title}</h2>")
         parts.append(_group_table(groups))
@@ -844,11 +1107,66 @@ def page(agg: Aggregate, images: dict[str, bytes], sources: Sequence[Path], filt
     parts.append("<h2>Search latency per backend (ms)</h2>")
     rows = [[b, f"{s.seen:,}", *_cells(s)] for b, s in sorted(agg.search_ms.items())]
     parts.append(_table(["backend", "searches", *(f"p{p}" for p in PERCENTILES)], rows))
+    parts += _turns_section(figures, agg.max_turns)
     if agg.api.records:
         loaded = selector.Loaded(lines=agg.lines, malformed=agg.malformed, before_since=agg.filtered)
         parts.append(_markdown(selector.render(agg.api, loaded, "the records above")))
+    parts += _words_section()
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _mode_table(modes: Mapping[str, Mapping[str, Any]]) -> str:
+    """The turns of each mode: tools sent, loaded, deferred; tool tokens sent, on the wire, in the prompt."""
+    return _table(["mode", "turns", "tools sent", "loaded", "deferred", "tokens sent", "on the wire", "in the prompt",
+                   "saved", "saved %", "searches", "hits"],
+                  [[mode, f"{m['turns']:,}", f"{m['tools']['sent']:,}", f"{m['tools']['loaded']:,}",
+                    f"{m['tools']['deferred']:,}", f"{m['tokens']['sent']:,}", f"{m['tokens']['wire']:,}",
+                    f"{m['tokens']['prompt']:,}", f"{m['tokens']['saved']:,}", _pct_text(m["tokens"]["saved_pct"]),
+                    f"{m['searches']:,}", f"{m['hits']:,}"] for mode, m in modes.items()])
+
+
+def _turns_section(figures: Mapping[str, Any], most: int) -> list[str]:
+    """The latest turns one by one, and the latest sessions: each with the id that finds it in
+    mitmweb (its search box: ``~comment ID``) and in the telemetry file (``"id"``)."""
+    turns, sessions = figures["turns"], figures["sessions"]
+    out = ["<h2>Turns</h2>",
+           (f"<p>The latest {plural(len(turns), 'turn')} (at most {most:,}: <code>--turns</code>), the latest first. "
+            "Find one in mitmweb by typing <code>~comment ID</code> in its search box, in mitmdump's output and the "
+            "telemetry file by its id.</p>")]
+    out.append(_table(
+        ["time", "id", "API, model", "mode", "result", "searches → hits", "called", "upstream rounds",
+         "tools sent → loaded", "tokens sent / wire / prompt", "saved", "ms total / upstream / proxy"],
+        [[(t["time"] or "-").replace("T", " "), t["id"] or "-", f"{t['api']}, {t['model'] or '-'}", t["mode"],
+          t["result"], f"{t['searches']} → {t['hits']}", ", ".join(t["called"]) or "-", str(t["rounds"]),
+          f"{t['tools']['sent']:,} → {t['tools']['loaded']:,}",
+          f"{t['tokens']['sent']:,} / {t['tokens']['wire']:,} / {t['tokens']['prompt']:,}", f"{t['tokens']['saved']:,}",
+          f"{t['ms']['total']:.1f} / {t['ms']['upstream']:.1f} / {t['ms']['proxy']:.1f}"] for t in turns], css="turns"))
+    out.append("<h2>Sessions</h2>")
+    out.append(f"<p>The latest {plural(len(sessions), 'session')} (at most {SESSIONS_SHOWN}); in mitmweb, "
+               "<code>~comment SESSION</code> lists a session's turns.</p>")
+    out.append(_table(["session", "turns", "first", "last", "searches", "tokens saved", "last turn's id"],
+                      [[r["session"], f"{r['turns']:,}", r["first"] or "-", r["last"] or "-", f"{r['searches']:,}",
+                        f"{r['saved']:,}", r["last_id"] or "-"] for r in sessions], css="turns"))
+    return out
+
+
+def _words_section() -> list[str]:
+    """The glossary, and every result in words beside its telemetry value: docs/watching.md's
+    ("Words"), from the same source (``summary``)."""
+    out = ["<h2 id='words'>Words</h2>",
+           "<p>The same words as mitmdump's line, mitmweb's comment and view, and docs/watching.md.</p>",
+           _table(["word", "what it means"], [[term, _plain(text)] for term, text in GLOSSARY], css="words"),
+           "<h3>Results: telemetry <code>outcome</code></h3>",
+           _table(["outcome", "in words"], [list(row) for row in outcome_table()], css="words"),
+           "<h3>Fallbacks and why a request passed through: telemetry <code>fallback_reason</code></h3>",
+           _table(["fallback_reason", "in words"], [list(row) for row in reason_table()], css="words")]
+    return out
+
+
+def _plain(text: str) -> str:
+    """A glossary text without its Markdown code marks (the page escapes what it prints)."""
+    return text.replace("`", "")
 
 
 def _money_section(figures: Mapping[str, Any], images: dict[str, bytes]) -> list[str]:
@@ -951,17 +1269,19 @@ def _share(value: float | None) -> str:
 
 
 def _group_table(groups: dict[str, Group]) -> str:
-    head = ["", "requests", "tool tokens original", "forwarded", "saved", "searches", "fallbacks"]
-    rows = [[n, f"{g.requests:,}", f"{g.before:,}", f"{g.after:,}", _pct(g.before - g.after, g.before),
+    head = ["", "requests", "tool tokens sent", "on the wire", "in the prompt", "saved", "searches", "fallbacks"]
+    rows = [[n, f"{g.requests:,}", f"{g.before:,}", f"{g.wire:,}", f"{g.after:,}", _pct(g.before - g.after, g.before),
              f"{g.searches:,}", f"{g.fallbacks:,}"] for n, g in sorted(groups.items())]
     return _table(head, rows)
 
 
 def _latency_table(groups: dict[str, Group]) -> str:
+    """Per group: planning, upstream, answering (over the turns that searched), total, one search."""
     head = ["", "measure", "n", *(f"p{p}" for p in PERCENTILES)]
     rows = []
     for name, g in sorted(groups.items()):
-        for measure, sample in (("processing (planner)", g.processing_ms), ("loop added", g.loop_added_ms),
+        for measure, sample in (("planning", g.processing_ms), ("upstream", g.upstream_ms),
+                                ("answering (turns that searched)", g.loop_added_ms), ("total", g.total_ms),
                                 ("search", g.search_ms)):
             if sample.seen:
                 rows.append([name, measure, f"{sample.seen:,}", *_cells(sample)])
@@ -1038,7 +1358,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "tooldisco report") -> i
         "(the report extra: matplotlib, tqdm), or with --json the same figures as JSON on stdout (no extra). "
         "Money leads: spent, what it would have cost without the proxy, saved, caching, unpriced turns.",
         epilog="The --json keys are described in docs/watching.md (The report).")
-    parser.add_argument("paths", nargs="*", default=["tool_discovery.jsonl"], type=Path, metavar="FILE.jsonl",
+    parser.add_argument("paths", nargs="*", default=[Path("tool_discovery.jsonl")], type=Path, metavar="FILE.jsonl",
                         help="telemetry JSONL files (default tool_discovery.jsonl)")
     parser.add_argument("-o", "--output", type=Path, default=Path("tool_discovery_report.html"),
                         help="the HTML page (default %(default)s); PNGs go to <output stem>_png/")
@@ -1054,6 +1374,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "tooldisco report") -> i
                         help="client family, e.g. claude-code, codex (repeatable)")
     parser.add_argument("--api", action="append", default=[], help="provider API, e.g. anthropic (repeatable)")
     parser.add_argument("--strategy", action="append", default=[], help="strategy, e.g. tool-search (repeatable)")
+    parser.add_argument("--id", action="append", default=[], metavar="ID",
+                        help="a turn's telemetry id or its prefix, as mitmdump's line and mitmweb's comment show it "
+                             "(repeatable)")
+    parser.add_argument("--turns", type=int, default=TURNS, metavar="N",
+                        help="list the latest N turns one by one (default %(default)s; 0: none)")
     parser.add_argument("--usd-per-mtok", type=float, default=3.0,
                         help="input price for the tool-token estimate (default %(default)s); the money figures "
                              "are the telemetry's own")
@@ -1069,9 +1394,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "tooldisco report") -> i
               "(in a checkout: .venv/bin/python -m pip install -e '.[report]')", file=sys.stderr)
         return 1
     filters = Filters(args.since, args.until, tuple(args.session), tuple(args.api), tuple(args.strategy),
-                      tuple(args.tenant), tuple(args.agent))
+                      tuple(args.tenant), tuple(args.agent), tuple(args.id))
     try:
-        agg = read(args.paths, filters, progress=not args.quiet)
+        agg = read(args.paths, filters, progress=not args.quiet, turns=args.turns)
     except OSError as exc:
         print(f"error: cannot read {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -6,11 +6,18 @@ the search tool, then tools found earlier in the session), and which definitions
 deferred (native deferral). The adapters read both, so every API the project speaks gets the
 same table. What this flow's searches found and what the model called come from the flow's
 record (``summary.FlowSummary``): the table and the summary count the same facts.
+
+A round's own view (``seen``) reads one body alone, the way the provider reads it: a tool is in
+the model's prompt when ``tools[]`` carries it plainly, or when a result in the history loads it
+(a native ``tool_reference`` / ``tool_search_output``), or, under call-through, when a search
+result gives its definition to call through the dispatcher; a ``defer_loading`` definition no
+result loaded is on the wire only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Sequence
 
 from tooldisco.config import ToolDiscovery
@@ -18,6 +25,7 @@ from tooldisco.apis.base import Adapter
 from tooldisco.core.types import RequestView, Tool
 from tooldisco.policy.relevance import must_keep
 from tooldisco.core.tokens import estimate_tokens
+from tooldisco.watch import history
 from tooldisco.watch.summary import BY_CLIENT, BY_SEARCH, NATIVELY, NATIVE
 
 # A tool's state on this flow. In the model's prompt:
@@ -26,10 +34,16 @@ LOADED, PINNED, EARLIER = "loaded", "pinned", "found before"
 NATIVE_DEFERRED, DEFERRED, CLIENT_DEFERRED, DROPPED = NATIVELY, BY_SEARCH, BY_CLIENT, "dropped"
 # Added by the proxy:
 SEARCH_TOOL, DISPATCHER, SENT = "search tool", "dispatcher", "added"
-IN_PROMPT = frozenset({LOADED, PINNED, EARLIER, SEARCH_TOOL, DISPATCHER, SENT})
+# In one round's prompt besides (``seen``): loaded by a search result this round's body carries
+# (a native reference, or classic's appended definition), or found for call-through (called
+# through the dispatcher, its definition in the search result).
+BY_RESULT, THROUGH = "loaded by search", "via dispatcher"
+IN_PROMPT = frozenset({LOADED, PINNED, EARLIER, SEARCH_TOOL, DISPATCHER, SENT, BY_RESULT, THROUGH})
+PROXYS = frozenset({SEARCH_TOOL, DISPATCHER})  # the proxy's own tools
 HIDDEN = frozenset({NATIVE_DEFERRED, DEFERRED, DROPPED})  # what the proxy deferred
 FOUND, CALLED = "found", "called"  # this flow's searches found it; the model called it
 WIDTH = 17  # the status column: the longest status
+GEAR = "⚙"  # the proxy's own
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,7 @@ class Row:
     wire_tokens: int | None  # in the forwarded body (None: not forwarded)
     found: bool = False
     called: bool = False
+    note: str = ""  # a round's view: how it got into the prompt (not kept in ``as_list``)
 
     @property
     def prompt_tokens(self) -> int | None:
@@ -48,7 +63,8 @@ class Row:
 
     @property
     def turn(self) -> str:
-        return ", ".join(w for w, on in ((FOUND, self.found), (CALLED, self.called)) if on)
+        return ", ".join([*(w for w, on in ((FOUND, self.found), (CALLED, self.called)) if on),
+                          *([self.note] if self.note else [])])
 
     def as_list(self) -> list[Any]:
         """What ``flow.metadata`` keeps: plain values, so saved flows serialize."""
@@ -97,9 +113,9 @@ def compare(adapter: Adapter, client_body: str, upstream_body: str | None, phant
 
 def forwarded(view: RequestView, phantom: str, found: Collection[str] = (), dispatcher: str | None = None
               ) -> list[Row]:
-    """The tools of one body that went upstream (a hidden round's request): what the model saw.
-    Marked deferred: ours, natively (a client that defers its tools itself is passed through
-    unprocessed, so it has no hidden rounds)."""
+    """The tools of one body that went upstream, read from its ``tools[]`` alone (``seen``
+    reads its history too). Marked deferred: ours, natively (a client that defers its tools
+    itself is passed through unprocessed, so it has no hidden rounds)."""
     at = next((i for i, t in enumerate(view.tools) if _search(t, phantom)), None)
     rows = []
     for i, t in enumerate(view.tools):
@@ -115,6 +131,133 @@ def forwarded(view: RequestView, phantom: str, found: Collection[str] = (), disp
             status = LOADED
         rows.append(Row(t.name, status, None, estimate_tokens(t.raw), t.name in found))
     return rows
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the model saw of one round's body, and what the proxy put in it."""
+
+    prompt: list[Row]  # in the model's prompt: the tools it could call
+    deferred: list[Row]  # on the wire only: ``defer_loading`` definitions no result loaded
+    own: list[history.Exchange] = field(default_factory=list)  # the proxy's own calls in the history
+    searches: frozenset[str] = frozenset()  # the names its search calls go by
+    dispatcher: str | None = None
+
+    def names(self, proxys: bool = False) -> list[str]:
+        """The tools in the prompt: those ``tools[]`` carries plainly or a result loaded, the
+        proxy's own with ``proxys`` (what the provider counts as loaded); never a tool called
+        through the dispatcher, which only the search result defines."""
+        return [r.name for r in self.prompt if r.status != THROUGH and (proxys or r.status not in PROXYS)]
+
+
+def seen(adapter: Adapter, body: str, phantom: str, dispatcher: str | None = None) -> Seen:
+    """What the model saw of ``body`` (one round as it went upstream), the way the provider
+    reads it; and the proxy's own calls in its history (searches, dispatcher calls) with their
+    results."""
+    view = adapter.parse(body)
+    calls = history.exchanges(body)
+    searches = frozenset(n for n in (phantom, f"<{phantom}>", history.TOOL_SEARCH if phantom == history.TOOL_SEARCH
+                                     else "") if n)
+    own = [e for e in calls if e.name in searches or (dispatcher and e.name == dispatcher)]
+    loads: dict[str, str] = {}  # tool -> how a result in the history loads it
+    for e in calls:
+        for name in e.loads:
+            loads.setdefault(name, e.how)
+    listed: dict[str, None] = {}  # tools the proxy's search results name, in order
+    given: dict[str, Any] = {}  # definitions they carry (call-through)
+    for e in own:
+        if e.name in searches:
+            listed.update(dict.fromkeys(history.listed(e.result)[0]))
+            given.update(history.definitions(e.result))
+    at = next((i for i, t in enumerate(view.tools) if _search(t, phantom)), None)
+    prompt, deferred = [], []
+    for i, t in enumerate(view.tools):
+        tokens = estimate_tokens(t.raw)
+        if _search(t, phantom) or t.name == dispatcher:
+            prompt.append(Row(t.name, _added(t, phantom, dispatcher), None, tokens, note=f"{GEAR} the proxy's"))
+        elif t.pinned == "client_deferred":
+            if t.name in loads:
+                prompt.append(Row(t.name, BY_RESULT, None, tokens, True, note=loads[t.name] or "search result"))
+            else:
+                deferred.append(Row(t.name, NATIVE_DEFERRED, None, tokens, t.name in listed))
+        elif t.pinned is not None:
+            prompt.append(Row(t.name, PINNED, None, tokens))
+        elif at is not None and i > at:  # classic: found tools follow the search tool
+            if t.name in listed:
+                prompt.append(Row(t.name, BY_RESULT, None, tokens, True, note="appended"))
+            else:
+                prompt.append(Row(t.name, EARLIER, None, tokens))
+        else:
+            prompt.append(Row(t.name, LOADED, None, tokens, t.name in listed))
+    if dispatcher and any(t.name == dispatcher for t in view.tools):
+        present = {t.name for t in view.tools}
+        for name in listed:
+            if name not in present:
+                definition = given.get(name)
+                size = estimate_tokens(json.dumps(definition, ensure_ascii=False)) if definition is not None else None
+                prompt.append(Row(name, THROUGH, None, size, True))
+    return Seen(prompt, deferred, own, searches, dispatcher)
+
+
+def render_seen(seen_: Seen, answer_calls: Collection[str] = ()) -> list[str]:
+    """A round's view: the tools in the prompt, then those on the wire only, then the proxy's
+    own calls in the history, each with its result in words."""
+    called = set(answer_calls)
+    prompt = [_called(r, called) for r in seen_.prompt]
+    lines = [f"what the model saw: {len(prompt)} tools in its prompt"
+             + (f"; {len(seen_.deferred)} more on the wire, deferred" if seen_.deferred else "")]
+    present = {r.status for r in prompt}
+    lines += [f"  {status}: {meaning}" for status, meaning in _LEGEND if status in present]
+    lines += ["", f"in the prompt ({len(prompt)})", *render(prompt, False)]
+    if seen_.deferred:
+        lines += ["", f"on the wire only, deferred ({len(seen_.deferred)}): defer_loading, out of the prompt",
+                  *render([_called(r, called) for r in seen_.deferred], False)]
+    lines += ["", *own_calls(seen_)]
+    return lines
+
+
+_LEGEND = ((LOADED, "in tools[] from the start"),
+           (EARLIER, "in tools[], found by a search of an earlier turn"),
+           (BY_RESULT, "a search result in this body loaded it"),
+           (THROUGH, "found; called through the dispatcher, its definition in the result"))
+
+
+def own_calls(seen_: Seen) -> list[str]:
+    """The proxy's own calls in a body's history (never shown to the client) and their results."""
+    if not seen_.own:
+        return ["the proxy's own calls in this body: none (no search yet)"]
+    lines = [f"the proxy's own calls in this body ({GEAR}, hidden from the client), and the results it added"]
+    for e in seen_.own:
+        what = "search" if e.name in seen_.searches else "dispatcher"
+        args = e.arguments if isinstance(e.arguments, str) else json.dumps(e.arguments, ensure_ascii=False)
+        lines.append(f"{GEAR} {what}: {e.name or '(stored call)'} {history.short(args or '', 200)}")
+        lines += ["    " + line for line in _result(e, what == "search")]
+    return lines
+
+
+def _result(e: history.Exchange, search: bool) -> list[str]:
+    if e.result is None and not e.loads:
+        return ["→ no result in this body"]
+    out = []
+    if e.loads:
+        out.append(f"→ loads by {e.how or 'reference'}: {', '.join(e.loads)}")
+    names, data = history.listed(e.result) if search else ([], {})
+    if names:
+        out.append(f"→ found: {', '.join(names)}")
+    for key in ("more", "unknown", "suggestions"):
+        if isinstance(data.get(key), list) and data[key]:
+            out.append(f"→ {key}: {', '.join(map(str, data[key]))}")
+    if isinstance(data.get("error"), str):
+        out.append(f"→ error: {history.short(data['error'])}")
+    if isinstance(data.get("message"), str):
+        out.append(f"→ \"{history.short(data['message'])}\"")
+    if not data and e.result:
+        out.append(f"→ {'error: ' if e.error else ''}{history.short(e.result)}")
+    return out or ["→ (empty)"]
+
+
+def _called(r: Row, called: set[str]) -> Row:
+    return r if r.name not in called else Row(r.name, r.status, r.client_tokens, r.wire_tokens, r.found, True, r.note)
 
 
 def render(rows: Sequence[Row], compared: bool) -> list[str]:

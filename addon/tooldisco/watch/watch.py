@@ -9,8 +9,18 @@ there the watcher keeps nothing else. With a view, a processed flow also gets:
   then: the runner closes it before the last byte leaves, live streams included), and the
   per-tool table the "Tool discovery" contentview shows (computed off the event loop);
 - a marker when the proxy searched (:mag:) or fell back (:warning:);
-- one flow per upstream round when the proxy made more than one, linked to it and marked as
-  the proxy's own (:gear:), in the order they happened.
+- one flow per upstream round whenever the request was rewritten (round 1 is the request as
+  forwarded: what the model saw first), marked as the proxy's own (:gear:), in the order they
+  happened; the client's flow and its rounds share a tag, first in each comment
+  (``rounds.tag``), which ``~comment <tag>`` filters on.
+
+The client's flow keeps what the client sent and what it got. mitmproxy sends the request a
+flow holds in its ``request`` hook, so the rewrite changes it there; once the flow ends its
+request is put back to the client's own bytes and headers (taken before the rewrite), and the
+rewritten one lives on round 1. A live stream is not kept by mitmproxy: the bytes the client
+got are kept as they pass (up to ``rounds.LIMIT``) and become the flow's response body when
+the stream ends. No ``flow.backup()``: the flow shows no edit of the person's, and Revert stays
+theirs (mitmweb backs a flow up before its own edits).
 """
 
 from __future__ import annotations
@@ -45,6 +55,9 @@ class _Watch:
     upstream_body: bytes | None  # as forwarded; None: the request went unchanged
     phantom: str
     rounds: list[rounds.Round] = field(default_factory=list)
+    # The request as the client sent it (raw bytes, headers), put back when the flow ends; None without a view.
+    sent: tuple[bytes | None, http.Headers] | None = None
+    answer: rounds.Kept | None = None  # what the client got of a live stream, kept as it passed
 
 
 class Watcher:
@@ -69,8 +82,10 @@ class Watcher:
         shown = self._view() is not None
         request = flow.request
         where = f"{request.method} {request.pretty_host}{request.path.partition('?')[0]}"
+        # Before the rewrite changes the flow: the request exactly as the client sent it.
+        sent = (request.raw_content, request.headers.copy()) if shown else None
         self._flows[flow.id] = _Watch(record, adapter, where, shown, client_body if shown else b"",
-                                      upstream_body if shown else None, phantom)
+                                      upstream_body if shown else None, phantom, sent=sent)
         while len(self._flows) > MAX_WATCHED:
             self._flows.pop(next(iter(self._flows)))
 
@@ -91,6 +106,15 @@ class Watcher:
 
     # Hooks: the watcher is added at the end of mitmproxy's chain, so it sees each flow as it
     # ends, after every other addon (the engine's own response hook, which runs the loop, included).
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        """A streamed answer (live, or passed through as a stream) is not kept by mitmproxy: what
+        the client gets of it is kept as it passes, after every other addon's stream callable."""
+        watch = self._flows.get(flow.id)
+        if watch is None or not watch.shown or flow.response is None or not flow.response.stream:
+            return
+        watch.answer = rounds.Kept()
+        flow.response.stream = rounds.tap(flow.response.stream, watch.answer)
 
     def response(self, flow: http.HTTPFlow) -> None:
         self.finish(flow)
@@ -121,21 +145,49 @@ class Watcher:
             return
         if not shown:
             return
+        try:
+            self._show(flow, watch, record, said, view)
+        except Exception as e:  # observability never hurts traffic (the flow already went)
+            log.debug("flow %s not shown: %s", flow.id, e)
+
+    def _show(self, flow: http.HTTPFlow, watch: _Watch, record: dict[str, Any], said: summary.FlowSummary,
+              view: Any) -> None:
+        """The flow's annotations and rounds; its request and answer as the client had them."""
         cfg = self._config()
-        extra = {"found": list(said.found), "dispatcher": cfg.call_tool_name if cfg is not None else None}
+        rewritten = watch.upstream_body is not None
+        found = list(watch.rounds)
+        if rewritten and not found:  # mitmproxy sent the rewritten request itself (no loop): its one round
+            found.append(rounds.of_flow(flow, watch.answer))
+        self._as_the_client_had_it(flow, watch, rewritten)
+        turn_id = str(record.get("id") or "") or None  # the turn's telemetry id, where the record has one
+        turn = rounds.tag(turn_id or flow.id)
+        extra = {"dispatcher": cfg.call_tool_name if cfg is not None else None}
         shown: list[http.HTTPFlow] = []
-        if len(watch.rounds) > 1:  # one round: the client's flow is the whole story
-            for i, rnd in enumerate(watch.rounds):
-                label = rounds.kind(i, rnd, watch.client_body)
-                seen = extra if i else {**extra, "found": []}  # the first round went before any search
-                shown.append(rounds.to_flow(rnd, flow.id, i, len(watch.rounds), label, watch.phantom, seen))
-        info = {"record": record, "phantom": watch.phantom, "rounds": [f.id for f in shown], "tools": []}
+        kinds: list[str] = []
+        if rewritten or len(found) > 1:  # nothing rewritten and one round: the client's flow is the whole story
+            for i, rnd in enumerate(found):
+                kinds.append(rounds.kind(i, rnd, watch.client_body))
+                shown.append(rounds.to_flow(rnd, flow.id, i, len(found), kinds[-1], watch.phantom, extra, turn_id))
+        info = {"record": record, "phantom": watch.phantom, "rounds": [f.id for f in shown], "kinds": kinds,
+                "turn": turn, "tools": [], **extra}
+        if watch.answer is not None:
+            info["answer"] = {"size": watch.answer.size, "kept": watch.answer.kept}
         flow.metadata[FLOW_KEY] = info
         _annotate(flow, info)
         view.update([flow])
         if shown:
             view.add(shown)
         self._spawn(self._tabulate(flow, watch, info, view))
+
+    @staticmethod
+    def _as_the_client_had_it(flow: http.HTTPFlow, watch: _Watch, rewritten: bool) -> None:
+        """The flow's request back to the client's own (mitmproxy sent the rewritten one, which
+        round 1 keeps); a streamed answer's body, as the client got it, in its response."""
+        if rewritten and watch.sent is not None:
+            flow.request.raw_content, flow.request.headers = watch.sent[0], watch.sent[1].copy()
+        response = flow.response
+        if response is not None and response.raw_content is None and watch.answer is not None:
+            response.raw_content = watch.answer.body()
 
     async def _tabulate(self, flow: http.HTTPFlow, watch: _Watch, info: dict[str, Any], view: Any) -> None:
         said = summary.FlowSummary.of(info["record"])
@@ -162,8 +214,12 @@ class Watcher:
 
 
 def _annotate(flow: http.HTTPFlow, info: dict[str, Any]) -> None:
-    record = info["record"]
-    flow.comment = summary.FlowSummary.of(record).comment(len(info["rounds"]))
+    record, turn = info["record"], info["turn"]
+    # The turn's tag first: mitmweb's flow list shows which flows belong together.
+    comment = f"{turn} {summary.FlowSummary.of(record).comment(len(info['rounds']))}"
+    if info["rounds"]:
+        comment += f" · this turn's flows: {rounds.group_filter(turn)}"
+    flow.comment = comment
     if record.get("searches"):
         flow.marked = SEARCHED
     elif record.get("fallback_reason", "") and str(record["fallback_reason"]).startswith(("rewrite_", "reforward_", "error")):

@@ -8,8 +8,8 @@ from tests.unit.glue.chain import Chain, flow, relevance_config, tool_discovery
 
 def test_the_addons_run_in_the_order_their_hooks_need():
     names = [type(a).__name__ for a in tool_discovery.build()]
-    assert names == ["Options", "MetricsServer", "Redaction", "Upstream", "FlowRecord", "WebSocketGate", "GeminiKey",
-                     "Rewrite", "Live", "UsageTap", "Buffered", "Watching"]
+    assert names == ["Options", "MetricsServer", "Redaction", "WebUI", "Upstream", "FlowRecord", "WebSocketGate",
+                     "GeminiKey", "Rewrite", "Live", "Timing", "UsageTap", "Buffered", "Watching"]
 
 
 def test_running_adds_the_router_then_the_watcher_at_the_chains_end():

@@ -25,7 +25,7 @@ HOUR, DAY = 3600.0, 86400.0
 # The summary's keys (docs/watching.md, "The report", lists them).
 KEYS = {"sources", "filters", "lines", "malformed", "filtered", "records", "first", "last", "unmetered_records",
         "money", "tokens", "context_share", "by_model", "by_tenant", "by_agent", "saving_over_time", "upstream",
-        "passage", "tool_tokens"}
+        "passage", "tool_tokens", "by_mode", "results", "fallbacks", "timing", "turns", "sessions"}
 MONEY_KEYS = {"spent_usd", "without_usd", "saved_usd", "saved_pct", "priced_turns", "unpriced_turns", "unpriced_models"}
 TOKEN_KEYS = {"input", "cache_read", "cache_write", "output", "cache_read_pct", "cache_write_pct", "turns_with_usage",
               "turns_without_usage", "answers_without_usage"}
@@ -214,7 +214,8 @@ def test_json_prints_the_summary_and_writes_no_page(tmp_path, capsys, monkeypatc
     real = importlib.util.find_spec
     monkeypatch.setattr(report.importlib.util, "find_spec",
                         lambda name, *a: None if name == "matplotlib" else real(name, *a))  # --json needs no extra
-    log = write(tmp_path, mixed())
+    lines = mixed()  # made once: each record has an id of its own
+    log = write(tmp_path, lines)
     assert cli.main(["report", str(log), "--json", "--quiet", "-o", str(tmp_path / "r.html")]) == 0
     out = json.loads(capsys.readouterr().out)
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "r_png").exists()
@@ -223,9 +224,9 @@ def test_json_prints_the_summary_and_writes_no_page(tmp_path, capsys, monkeypatc
     assert set(out["context_share"]) == SHARE_KEYS and set(out["saving_over_time"]) == OVER_TIME_KEYS
     assert all(set(row) == ROW_KEYS for key in ("by_model", "by_tenant", "by_agent") for row in out[key].values())
     assert all(set(p) == POINT_KEYS for p in out["saving_over_time"]["all"])
-    assert set(out["tool_tokens"]) == {"before", "after", "saved", "saved_pct", "estimated_usd", "usd_per_mtok"}
+    assert set(out["tool_tokens"]) == {"before", "after", "wire", "saved", "saved_pct", "estimated_usd", "usd_per_mtok"}
     assert out["money"]["saved_usd"] == 0.5 and out["sources"] == [str(log)]
-    assert out == json.loads(json.dumps(report.summary(aggregate(mixed()), [log], report.Filters(), 3.0)))
+    assert out == json.loads(json.dumps(report.summary(aggregate(lines), [log], report.Filters(), 3.0)))
 
 
 @pytest.mark.parametrize("count", [0, 1, 2])

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
-
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter
 from tooldisco.apis.gemini.adapter import GeminiAdapter
 from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
@@ -17,7 +17,7 @@ from tooldisco.config import parse
 from tooldisco.engine.engine import Engine
 from tooldisco.engine.telemetry import Record, SearchRecord
 from tooldisco.watch import summary, tools
-from tooldisco.watch.summary import FlowSummary
+from tooldisco.watch.summary import FlowSummary, plural
 
 from tests.support.catalog import anthropic_tools
 
@@ -106,32 +106,93 @@ def test_a_refused_native_deferral_counts_the_classic_request(engine):
 def record(**kw) -> dict:
     base = Record(provider="anthropic", strategy="tool-search", total_tools=60, kept_tools=0, deferred_tools=60,
                   tool_tokens_before=3910, tool_tokens_after=168, tool_tokens_wire=4388, deferral="native",
-                  loops=1, loop_added_ms=15.84, called=["b"],
+                  loops=1, loop_added_ms=15.84, processing_ms=1.5, upstream_ms=300.25, total_ms=320.0, called=["b"],
+                  outcome="done", session="5e55104ab1e2", id="0123456789ab", upstream=[["client", 200], ["hidden", 200]],
                   searches=[SearchRecord("my secret trip", ["a", "b"], "bm25"), SearchRecord("more", ["b", "c"], "bm25")])
     return asdict(base) | kw
 
 
 def test_every_rendering_prints_the_same_figures():
     said = FlowSummary.of(record())
-    assert said.found == ("a", "b", "c") and said.called == ("b",) and said.saved == 3742
+    assert said.found == ("a", "b", "c") and said.called == ("b",) and said.saved == 3742 and said.hits == 4
+    assert said.rounds == 2 and said.id == "0123456789ab"
     comment, line, details = said.comment(3), said.line("POST api.anthropic.com/v1/messages"), said.details(["r" * 36])
     assert comment.startswith("60→0 −3.7k tok · native · 60 tools → 0 loaded, 60 deferred natively · ")
+    time = "320.0 ms total: upstream 300.2 ms, proxy 17.3 ms"
     assert line == ("tool discovery: POST api.anthropic.com/v1/messages [anthropic] · 60 tools → 0 loaded, "
                     "60 deferred natively · native · 2 searches, 4 hits: a, b, c · called b · ~3,742 tok saved "
-                    "(tool tokens ~3,910 sent → ~168 in the prompt, ~4,388 on the wire) · +15.8 ms")
+                    "(tool tokens ~3,910 sent → ~168 in the prompt, ~4,388 on the wire) · answered after 2 searches, "
+                    f"2 upstream rounds, {time}, id 0123456789ab")
     assert "my secret trip" in comment and "my secret trip" not in line  # the log never has a query
-    assert "tools: 60 tools → 0 loaded, 60 deferred natively; this turn 3 found, 1 called" in details
-    assert "tool tokens ~3,910 sent → ~168 in the prompt, ~4,388 on the wire (~3,742 saved)" in details
-    assert "3 found" in comment and "3 upstream rounds" in comment and "+15.8 ms added" in comment
+    assert comment.endswith(" · tool tokens ~3,910 sent → ~168 in the prompt, ~4,388 on the wire · answered after 2 "
+                            f"searches · 2 upstream rounds · {time} · id 0123456789ab · session 5e55104ab1e2")
+    assert "3 found" in comment and "called b" in comment
+    assert details[:5] == [
+        "tool discovery · anthropic · strategy tool-search · native · id 0123456789ab · session 5e55104ab1e2",
+        "result: answered after 2 searches; 2 upstream rounds, 1 search round",
+        "tools: 60 tools → 0 loaded, 60 deferred natively; this turn 3 found, 1 called",
+        "tool tokens ~3,910 sent → ~168 in the prompt, ~4,388 on the wire (~3,742 saved)",
+        f"time: {time} (planning 1.5 ms, answering 15.8 ms)"]
+    assert "search 1: 'my secret trip' (bm25, 0.0 ms) → 2 hits" in details
+
+
+@pytest.mark.parametrize("hits, words", [(0, "1 search, 0 hits"), (1, "1 search, 1 hit"), (2, "1 search, 2 hits")])
+def test_counts_are_said_with_their_plural(hits, words):
+    said = FlowSummary.of(record(searches=[asdict(SearchRecord("q", [f"t{i}" for i in range(hits)], "bm25"))],
+                                 loops=1))
+    assert f" · {words}" in said.line("x") and said.result == "answered after 1 search"
+    assert f"→ {plural(hits, 'hit')}" in "\n".join(said.details([]))
+    assert "1 search round" in said.details([])[1] and "1 upstream round · " not in said.comment()
+    assert FlowSummary.of(record(upstream=[["client", 200]], loops=0)).comment().count("1 upstream round · ") == 1
 
 
 def test_a_flow_that_went_unchanged_says_why():
     said = FlowSummary.of(record(deferral=None, kept_tools=3, deferred_tools=0, tool_tokens_after=3910,
-                                 tool_tokens_wire=3910, client_deferred=57, searches=[], called=[],
-                                 fallback_reason="client_defers: defer_loading"))
-    assert said.how == "passed through (client_defers: defer_loading)" and said.fallback is None
+                                 tool_tokens_wire=3910, client_deferred=57, searches=[], called=[], loops=0,
+                                 outcome=None, upstream=[["client", 200]], upstream_ms=18.0, loop_added_ms=0.0,
+                                 total_ms=20.5, fallback_reason="client_defers: defer_loading"))
+    assert said.how == "passed through (the client defers its tools itself (defer_loading))" and said.fallback is None
+    assert said.result == "passed through: the client defers its tools itself (defer_loading)"
     assert said.tools() == "60 tools → 3 loaded, 57 deferred (client)"
     assert said.lead() == "60→3 −0 tok" and "searches" not in said.line("x")
+    # The upstream time of a request that went as sent is said as measured, never 0.0 ms.
+    assert said.line("x").endswith(" · 1 upstream round, 20.5 ms total: upstream 18.0 ms, proxy 1.5 ms, id 0123456789ab")
+    failed = FlowSummary.of(record(deferral=None, deferred_tools=0, searches=[], outcome=None,
+                                   upstream=[["client", 529]], fallback_reason="below_min_tools"))
+    assert failed.result == "passed through: too few tools to defer; the upstream answered 529, passed on"
+    assert " · the upstream answered 529, passed on · " in failed.comment()
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"outcome": "no_phantom", "searches": [], "loops": 0}, "answered without a search"),
+    ({"outcome": "done", "searches": [], "loops": 0, "deferral": "call-through"}, "answered without a search"),
+    ({"outcome": "mixed"}, "answered with tool calls beside a search (its results go upstream with the next request)"),
+    ({"outcome": "max_loops_empty"}, "the model only searched, up to the limit: an error the client retries (502)"),
+    ({"outcome": "upstream_429"}, "the upstream answered 429, passed on"),
+    ({"outcome": "client_gone"}, "the client went away before the answer"),
+    ({"outcome": "error: KeyError"}, "the proxy's own error (KeyError): failed open"),
+    ({"outcome": "upstream_200", "fallback_reason": "rewrite_400_original_sent"},
+     ("the upstream answered 200, passed on; the upstream refused the rewritten request (400): the client's own "
+      "request sent")),
+    ({"outcome": "done", "fallback_reason": "selector_timeout_local_search"},
+     "answered after 2 searches; the selector failed (timeout): the proxy's own search answered"),
+    ({"deferral": None, "deferred_tools": 0, "outcome": None, "fallback_reason": "passthrough"},
+     "passed through: strategy passthrough"),
+    ({"deferral": None, "deferred_tools": 0, "outcome": "shadow", "fallback_reason": None},
+     "passed through: api rollout (shadow)"),
+    ({"outcome": "something_new"}, "something new"),
+])
+def test_outcomes_are_said_in_words(fields, words):
+    assert FlowSummary.of(record(**fields)).result == words
+
+
+def test_the_docs_list_the_same_words():
+    """docs/watching.md ("Words") lists every term, outcome and fallback reason as the report does."""
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "watching.md").read_text()
+    for term, meaning in summary.GLOSSARY:
+        assert f"| {term} | {meaning} |" in docs, term
+    for key, words in summary.outcome_table() + summary.reason_table():
+        assert f"| `{key}` | {words} |" in docs, key
 
 
 def test_relevance_drops_and_an_older_record_reads_as_it_meant():

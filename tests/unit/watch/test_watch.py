@@ -117,7 +117,10 @@ async def test_the_client_flow_says_what_the_addon_did(tmp_path):
     assert record["strategy"] == "tool-search" and record["searches"][0]["query"] == "post slack message"
     said = summary.FlowSummary.of(record)
     assert "mcp__slack__post_message" in said.found and said.mode == "classic"
-    assert f.comment.startswith(f"60→2 −{summary._short(said.saved)} tok · classic · 60 tools → 2 loaded, 58 ")
+    turn = info["turn"]
+    assert turn == rounds.tag(record.get("id") or f.id) and len(turn) == 7
+    assert f.comment.startswith(f"{turn} 60→2 −{summary._short(said.saved)} tok · classic · 60 tools → 2 loaded, 58 ")
+    assert f.comment.endswith(f" · this turn's flows: ~comment {turn}")
     assert "search 'post slack message' → mcp__slack__post_message" in f.comment and "3 found" in f.comment
     assert "2 upstream rounds" in f.comment and f.marked == ":mag:"
     rows = [tools.Row.of(r) for r in info["tools"]]
@@ -129,7 +132,9 @@ async def test_the_client_flow_says_what_the_addon_did(tmp_path):
     assert sum(r.prompt_tokens or 0 for r in rows) == record["tool_tokens_after"] == record["tool_tokens_wire"]
     shown = contentviews.prettify_message(f.request, f)
     assert shown.view_name == "Tool discovery"
-    assert "what the client sent, and what went upstream" in shown.text and "search 1: 'post slack message'" in shown.text
+    assert "tools: what the client sent (this body), and what went upstream in round 1" in shown.text
+    assert "search 1: 'post slack message'" in shown.text
+    assert f"this turn's flows: the client's and its 2 rounds\n  list them: ~comment {turn}" in shown.text
     answer = contentviews.prettify_message(f.response, f)
     assert "no tool calls in what the client got" in answer.text
 
@@ -142,7 +147,8 @@ async def test_each_round_is_a_flow_of_its_own_linked_and_redacted(tmp_path):
     assert f.metadata[FLOW_KEY]["rounds"] == [x.id for x in own]
     first, second = own
     assert all(x.metadata[rounds.ROUND_KEY]["client_flow"] == f.id and x.marked == rounds.MARK for x in own)
-    assert f.id in first.comment and first.comment.startswith("round 1/2: the rewritten request")
+    turn = f.metadata[FLOW_KEY]["turn"]
+    assert first.comment.startswith(f"{turn} ⚙ round 1/2: the rewritten request") and turn in second.comment
     assert first.request.content == forwarded and json.loads(first.response.content) == FIRST
     assert second.request.content == received[0][0] and json.loads(second.response.content) == FINAL
     assert received[0][1]["x-api-key"] == KEY  # the real re-forward carries the key...
@@ -150,8 +156,10 @@ async def test_each_round_is_a_flow_of_its_own_linked_and_redacted(tmp_path):
     view_text = contentviews.prettify_message(first.response, first).text
     assert f"{SEARCH} " in view_text and "hidden from the client" in view_text
     request_text = contentviews.prettify_message(second.request, second).text
-    assert any(line.startswith("loaded") and "found" in line and "mcp__slack__post_message" in line
+    assert any(line.startswith("loaded by search") and "found" in line and "mcp__slack__post_message" in line
                for line in request_text.splitlines())
+    assert f"⚙ search: {SEARCH} {{\"query\": \"post slack message\"}}" in request_text
+    assert "→ found: mcp__slack__post_message, mcp__slack__add_reaction, mcp__slack__list_channels" in request_text
 
 
 def test_a_stream_is_read_as_its_tool_calls():
