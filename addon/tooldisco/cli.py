@@ -8,6 +8,7 @@
     tooldisco report FILE.jsonl [...]    # an HTML page (the report extra); --selector: api tables
     tooldisco wrap AGENT -- COMMAND...   # the agent through a proxy of its own, then what it did
     tooldisco forget [--key-env VAR | --all]  # wipe what a tenant's traffic taught the search
+    tooldisco tools list | approve NAME... | diff NAME  # pinned tool definitions and their changes
 
 It runs the mitmproxy installed beside it (the same Python), so the addon finds its dependencies.
 """
@@ -28,12 +29,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
+from loguru import logger
 
 from tooldisco import demo
 from tooldisco.config import ConfigError, format_listen, load_config, parse_listen
 from tooldisco.core.tenants import tenant_of
+from tooldisco.policy import pins
+from tooldisco.state.base import SessionStore
 from tooldisco.state.factory import open_store
 from tooldisco.report import page, selector
 
@@ -210,6 +215,158 @@ def _forget(ns: argparse.Namespace) -> int:
     message, status = forget(config, key)
     print(message, file=sys.stderr if status else sys.stdout)
     return status
+
+
+def _when(ts: float | None) -> str:
+    """A stored time in UTC, to the minute."""
+    return time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(ts)) if ts is not None else "-"
+
+
+def _status(rec: dict[str, Any]) -> str:
+    """A pinned tool's status in words: pinned, changed, new, renamed from X."""
+    pending = rec["pending"]
+    if isinstance(pending, dict):
+        if pending["kind"] == "renamed" and pending["from"]:
+            return f"renamed from {pending['from']}"
+        return str(pending["kind"])
+    return f"pinned (renamed from {rec['from']})" if rec.get("from") else "pinned"
+
+
+def tools_rows(entries: Sequence[tuple[str, dict[str, Any]]], changed: bool) -> list[dict[str, Any]]:
+    """One row per pinned tool (``--changed``: per tool awaiting approval), by tenant then name."""
+    rows = []
+    for key, data in entries:
+        for name, rec in sorted(data["tools"].items()):
+            pending = rec["pending"]
+            if changed and pending is None:
+                continue
+            rows.append({"tenant": data["tenant"] or "-", "key": key, "tool": name, "status": _status(rec),
+                         "first_seen": _when(rec["first_seen"]), "approved": _when(rec["approved"]),
+                         "fingerprint": pending["fp"] if pending else rec["fp"],
+                         "pinned": rec["fp"], "pending": pending["fp"] if pending else None,
+                         "what": list(pending["what"]) if pending else []})
+    rows.sort(key=lambda r: (r["tenant"], r["tool"]))
+    return rows
+
+
+def _tools_list(ns: argparse.Namespace, store: SessionStore, entries: list[tuple[str, dict[str, Any]]],
+                where: str) -> int:
+    rows = tools_rows(entries, ns.changed)
+    if ns.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    if not rows:
+        print(f"no tool {'awaits approval' if ns.changed else 'is pinned'} in {where}")
+        return 0
+    table = [("TENANT", "TOOL", "STATUS", "FIRST SEEN (UTC)", "FINGERPRINT")]
+    table += [(str(r["tenant"]), str(r["tool"]), str(r["status"]), str(r["first_seen"]), str(r["fingerprint"])[:12])
+              for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _tools_approve(ns: argparse.Namespace, store: SessionStore, entries: list[tuple[str, dict[str, Any]]],
+                   where: str) -> int:
+    if not ns.all and not ns.names:
+        print("tooldisco tools approve: name the tools to approve, or --all", file=sys.stderr)
+        return 2
+    names = None if ns.all else set(ns.names)
+    now = time.time()
+    approved: set[str] = set()
+    moved: set[str] = set()
+    for key, data in entries:
+        # What was read is what is approved: a definition changed again since then stays pending.
+        want = {n: rec["pending"]["fp"] for n, rec in data["tools"].items()
+                if rec["pending"] is not None and (names is None or n in names)}
+        if not want:
+            continue
+        done: list[str] = []
+
+        def change(entry: Any, want: dict[str, str] = want, done: list[str] = done) -> Any:
+            current = pins.decode(entry)["tools"]
+            same = [n for n, fp in want.items() if (current.get(n) or {}).get("pending") and
+                    current[n]["pending"]["fp"] == fp]
+            if not same:  # approved, or changed again, meanwhile: nothing to write
+                done[:] = []
+                return entry
+            new, done[:] = pins.approve(entry, same, now)
+            return new
+
+        if store.pin_at(key, change) is None and not getattr(store, "available", True):
+            print(f"tooldisco tools approve: the session store at {where} could not be written", file=sys.stderr)
+            return 1
+        approved.update(done)
+        moved.update(set(want) - set(done))
+        if done:
+            print(f"tenant {data['tenant'] or '-'}: approved {', '.join(done)}")
+    for name in sorted(moved - approved):
+        print(f"tooldisco tools approve: {name} changed again meanwhile and stays pending: "
+              f"see tooldisco tools diff {name}", file=sys.stderr)
+    missing = sorted(names - approved - moved) if names is not None else []
+    for name in missing:
+        print(f"tooldisco tools approve: nothing pending for {name}"
+              + (f" (tenant {ns.tenant})" if ns.tenant else ""), file=sys.stderr)
+    if names is None and not approved and not moved:
+        print(f"nothing awaits approval in {where}")
+    return 1 if missing or moved - approved else 0
+
+
+def _tools_diff(ns: argparse.Namespace, store: SessionStore, entries: list[tuple[str, dict[str, Any]]],
+                where: str) -> int:
+    found = False
+    for _key, data in entries:
+        text = pins.diff(data, ns.name)
+        if not text:
+            continue
+        rec = data["tools"][ns.name]
+        what = rec["pending"]["what"]
+        print(f"# tenant {data['tenant'] or '-'}: {_status(rec)}" + (f" ({'; '.join(what)})" if what else ""))
+        print(text, end="" if text.endswith("\n") else "\n")
+        found = True
+    if not found:
+        print(f"tooldisco tools diff: nothing pending for {ns.name}" + (f" (tenant {ns.tenant})" if ns.tenant else ""),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+TOOLS_ACTIONS = {"list": _tools_list, "approve": _tools_approve, "diff": _tools_diff}
+
+
+def _tools(ns: argparse.Namespace) -> int:
+    """``tooldisco tools ACTION``: the pinned tool definitions in the config's session store."""
+    verb = f"tooldisco tools {ns.tools_command}"
+    config = ns.config or os.environ.get("CONFIG") or str(DEFAULT_CONFIG)
+    try:
+        cfg = load_config(config)
+    except (ConfigError, OSError, yaml.YAMLError) as e:
+        print(f"{verb}: {e}", file=sys.stderr)
+        return 1
+    where = cfg.sessions.redis.where() if cfg.sessions.backend == "redis" else str(cfg.sessions.directory())
+    logger.disable("tooldisco.state")  # the store's own warnings: this command says it in one line
+    try:
+        try:
+            store = open_store(cfg.sessions)
+        except ImportError as e:
+            print(f"{verb}: the session store needs {e.name or 'redis'}: pip install 'tooldisco[redis]'",
+                  file=sys.stderr)
+            return 1
+        try:
+            stored = store.pin_entries()
+            if not getattr(store, "available", True):
+                print(f"{verb}: the session store at {where} cannot be used (unreachable, locked or not readable)",
+                      file=sys.stderr)
+                return 1
+            tenant = (ns.tenant or "").strip().lower()
+            entries = sorted(((key, data) for key, data in ((k, pins.decode(e)) for k, e in stored)
+                              if data["tenant"].lower().startswith(tenant)), key=lambda e: (e[1]["tenant"], e[0]))
+            return TOOLS_ACTIONS[ns.tools_command](ns, store, entries, where)
+        finally:
+            store.close()
+    finally:
+        logger.enable("tooldisco.state")
 
 
 def _tool(name: str) -> str:
@@ -437,6 +594,22 @@ def parser() -> argparse.ArgumentParser:
     who = f.add_mutually_exclusive_group()
     who.add_argument("--key-env", metavar="VAR", help="the environment variable holding the key, e.g. ANTHROPIC_API_KEY")
     who.add_argument("--all", action="store_true", help="every tenant")
+    tl = sub.add_parser("tools", help="pinned tool definitions: list them, see what changed, approve a change",
+                        description="Each tenant's tool definitions are pinned when first seen; a definition that "
+                                    "changes later (an MCP server's rug pull) waits for approval here.")
+    actions = tl.add_subparsers(dest="tools_command", required=True, metavar="ACTION")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help=f"config file (default: $CONFIG or {DEFAULT_CONFIG})")
+    common.add_argument("--tenant", metavar="ID", help="only this tenant: its 12-hex id (or its start) as listed")
+    tls = actions.add_parser("list", parents=[common], help="every pinned tool: tenant, name, status, first seen, "
+                                                            "fingerprint")
+    tls.add_argument("--changed", action="store_true", help="only the tools awaiting approval (changed, new, renamed)")
+    tls.add_argument("--json", action="store_true", help="JSON rows instead of a table")
+    tap = actions.add_parser("approve", parents=[common], help="pin the pending definition of each NAME, as diff shows it")
+    tap.add_argument("names", nargs="*", metavar="NAME", help="a tool name, as listed")
+    tap.add_argument("--all", action="store_true", help="every pending definition (of --tenant, or every tenant)")
+    tdf = actions.add_parser("diff", parents=[common], help="what changed: the pinned definition against the pending one")
+    tdf.add_argument("name", metavar="NAME", help="a tool name, as listed")
     rep = sub.add_parser("report", add_help=False,
                          help="money saved and more, from telemetry files: an HTML page (the report extra) or --json")
     rep.add_argument("args", nargs=argparse.REMAINDER,
@@ -478,6 +651,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return demo.run(_tool("mitmdump"), ADDON)
     if ns.command == "forget":
         return _forget(ns)
+    if ns.command == "tools":
+        return _tools(ns)
     return _run(ns)
 
 

@@ -323,6 +323,51 @@ class LongContext:
     output: float
 
 
+PIN_MODES = ("trust", "strict", "off")
+HOLD_MODES = ("warn", "hold")
+
+
+@dataclass(frozen=True)
+class ClientMatch:
+    """Which requests a ``policy.clients`` entry is for: every condition given must hold."""
+
+    user_agent: str | None = None  # a glob over the User-Agent header, case-insensitive
+    header: tuple[str, str] | None = None  # (lowercase name, glob over its value)
+    key: str | None = None  # a prefix (8+ hex) of the credential's fingerprint (``tooldisco tools key-id``)
+
+
+@dataclass(frozen=True)
+class ClientRules:
+    """What one ``policy.clients`` entry adds to the defaults for the requests it matches."""
+
+    match: ClientMatch
+    deny: tuple[str, ...] = ()
+    always_load: tuple[str, ...] = ()
+    max_loaded: int | None = None  # None: the default's
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """``policy:``: which tools an agent may see, and what the proxy does when a definition
+    changes under a tenant or reads like an attack on the model (``policy.tool_policy``,
+    ``engine.governance``)."""
+
+    deny: tuple[str, ...] = ()  # tool-name globs never forwarded, found, loaded or dispatched
+    always_load: tuple[str, ...] = ()  # globs over the client's tools kept loaded every turn
+    max_loaded: int | None = None  # at most this many of the client's tools loaded in one request
+    clients: tuple[ClientRules, ...] = ()  # the first that matches adds to the defaults
+    pin: str = "trust"  # trust: a tenant's first sight pins a definition; strict: it waits for approval; off
+    on_change: str = "warn"  # hold: a changed definition is withheld for its tenant until approved
+    screen: bool = True  # screen each catalog's definitions once for hidden text and attacks on the model
+    on_screen: str = "warn"  # hold: a flagged definition is withheld until approved
+    approve: tuple[str, ...] = ()  # approvals in the config: NAME@FINGERPRINT (12 hex from ``tooldisco tools list``)
+
+    @property
+    def rules(self) -> bool:
+        """Whether any deny, always_load or max_loaded is set (else nothing is matched per request)."""
+        return bool(self.deny or self.always_load or self.max_loaded is not None or self.clients)
+
+
 @dataclass(frozen=True)
 class Config:
     tool_discovery: ToolDiscovery = ToolDiscovery()
@@ -332,6 +377,7 @@ class Config:
     planning: Planning = Planning()
     metrics: MetricsSettings = MetricsSettings()
     prices: tuple[Price, ...] = ()  # first matching row prices a model; none: the turn is unpriced
+    policy: PolicySettings = PolicySettings()
     websocket: str = "refuse"  # Codex tries a WebSocket first; refusing makes it use HTTP SSE
     # Largest body (request, or a buffered answer) decoded and processed; a larger one passes
     # as it came. Anthropic's Messages API refuses requests over 32 MB, the largest limit
@@ -728,6 +774,66 @@ def _price(s: _Section, name: str, default: float) -> float:
     return value
 
 
+_KEY_ID = re.compile(r"^[0-9a-f]{8,32}$")
+
+
+def _policy(s: _Section) -> PolicySettings:
+    d = PolicySettings()
+    deny, always, most = _rules(s)
+    clients = []
+    s.used.add("clients")
+    entries = s.data.get("clients")
+    if entries is not None and not isinstance(entries, list):
+        raise ConfigError(f"{s.path('clients')}: expected a list of {{match, deny, always_load, max_loaded}}")
+    for i, entry in enumerate(entries or ()):
+        c = _Section(entry, f"{s.path('clients')}[{i}]", s.env)
+        c_deny, c_always, c_most = _rules(c)
+        clients.append(ClientRules(_client_match(c.section("match")), c_deny, c_always, c_most))
+        c.done()
+    approve = s.strings("approve", ())
+    for entry in approve:
+        name, at, fp = entry.rpartition("@")
+        if not at or not name or not re.match(r"^[0-9a-f]{8,32}$", fp):
+            raise ConfigError(f"{s.path('approve')}: expected NAME@FINGERPRINT (8 or more hex digits, as "
+                              f"`tooldisco tools list` prints it), got {entry!r}")
+    policy = PolicySettings(
+        deny=deny, always_load=always, max_loaded=most, clients=tuple(clients),
+        pin=s.string("pin", d.pin, PIN_MODES), on_change=s.string("on_change", d.on_change, HOLD_MODES),
+        screen=s.boolean("screen", d.screen), on_screen=s.string("on_screen", d.on_screen, HOLD_MODES),
+        approve=approve,
+    )
+    s.done()
+    return policy
+
+
+def _rules(s: _Section) -> tuple[tuple[str, ...], tuple[str, ...], int | None]:
+    """``deny``, ``always_load`` (tool-name globs) and ``max_loaded`` of a policy or a client entry."""
+    most = s.integer("max_loaded", 0, lo=1) if s.has("max_loaded") else None
+    s.used.add("max_loaded")
+    return s.strings("deny", ()), s.strings("always_load", ()), most
+
+
+def _client_match(s: _Section) -> ClientMatch:
+    """``clients[].match``: ``user_agent`` (a glob), ``header`` ({NAME: glob}, one), ``key`` (a
+    credential fingerprint prefix): the key itself never goes in a config."""
+    header = None
+    s.used.add("header")
+    if (value := s.data.get("header")) is not None:
+        if not isinstance(value, dict) or len(value) != 1 or not all(isinstance(v, str) for v in (*value, *value.values())):
+            raise ConfigError(f"{s.path('header')}: expected one NAME: GLOB, e.g. {{x-team: platform}}")
+        (name, glob), = value.items()
+        header = (name.lower(), expand_env(glob, s.path("header"), s.env))
+    key = s.string("key", None)
+    if key is not None and not _KEY_ID.match(key.lower()):
+        raise ConfigError(f"{s.path('key')}: expected a credential fingerprint (8 to 32 hex digits, as "
+                          f"`tooldisco tools key-id` prints it), never the key itself")
+    match = ClientMatch(user_agent=s.string("user_agent", None), header=header, key=key.lower() if key else None)
+    if match == ClientMatch():
+        raise ConfigError(f"{s.path('user_agent')}: a client entry's match needs user_agent, header or key")
+    s.done()
+    return match
+
+
 def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
     """Build a Config from parsed YAML; raise ConfigError naming the key on any bad value."""
     env = os.environ if env is None else env
@@ -772,6 +878,7 @@ def parse(data: Any, env: Mapping[str, str] | None = None) -> Config:
         planning=planning,
         metrics=_metrics(top.section("metrics")),
         prices=_prices(top),
+        policy=_policy(top.section("policy")),
         websocket=top.string("websocket", "refuse", WEBSOCKET_MODES),
         max_body_bytes=top.integer("max_body_bytes", Config.max_body_bytes, lo=64 * 1024),
         warnings=tuple(warnings),

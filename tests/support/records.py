@@ -53,6 +53,15 @@ def unpriced_turn() -> Record:
                   upstream=[["client", 200]], upstream_ms=10.0)
 
 
+def governed_turn() -> Record:
+    """A turn the policy changed: tools denied and held, a definition changed, a screening finding."""
+    r = deferred_turn()
+    r.denied_tools, r.held_tools, r.policy = 2, ["mcp__mail__send"], "policy.clients[0]"
+    r.tool_changes = [{"tool": "mcp__mail__send", "kind": "changed", "what": ["description"], "fingerprint": "0123456789ab"}]
+    r.tool_findings = [{"tool": "mcp__mail__send", "kind": "exfiltration", "where": "description", "detail": "'bcc x@y'"}]
+    return r
+
+
 def sample_records() -> list[Record]:
-    return [deferred_turn(), native_turn(), passthrough_turn(), upstream_error_turn(), unpriced_turn(),
+    return [deferred_turn(), native_turn(), passthrough_turn(), upstream_error_turn(), unpriced_turn(), governed_turn(),
             Record(provider="anthropic", strategy="tool-search", fallback_reason="unsupported: a strange body")]

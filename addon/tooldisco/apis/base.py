@@ -109,6 +109,9 @@ class Stitcher(ABC):
 
     def __init__(self, phantom: str) -> None:
         self.phantom = phantom  # the search tool's name: its calls never reach the client
+        # Every name whose calls never reach the client: the search tool's, and the tools the
+        # policy withholds from the request (their calls are answered in a hidden round).
+        self.hidden: frozenset[str] = frozenset((phantom,)) if phantom else frozenset()
         self.rounds = 1  # the round being fed, from 1
         self._out = bytearray()  # client bytes decided but not returned yet
         self._ended = False  # the client stream is over (an error or the closing events went out)
@@ -120,6 +123,10 @@ class Stitcher(ABC):
         self._touched = False
         # The upstream reported an error in the stream: what follows passes as it came.
         self._errored = False
+
+    def hides(self, name: Any) -> bool:
+        """Whether a call by this name never reaches the client (a name the model wrote: any JSON value)."""
+        return isinstance(name, str) and name in self.hidden
 
     @abstractmethod
     def feed(self, data: bytes) -> bytes: ...

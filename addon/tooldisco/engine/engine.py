@@ -19,6 +19,7 @@ from tooldisco.engine.executor import FairExecutor, Overloaded, set_switch_inter
 from tooldisco.engine.accounting import Accounting, Tally
 from tooldisco.engine.learning import Learner
 from tooldisco.engine.metrics import Metrics
+from tooldisco.engine.governance import Governance
 from tooldisco.engine.planner import FlowContext, Planner, Prepared
 from tooldisco.apis.base import Adapter
 from tooldisco.apis.common import set_catalog_budget
@@ -55,8 +56,9 @@ class Engine:
         self.selector = SelectorClient(td.api)
         self.searches = SearchService(td, self.searcher, self.selector)
         self.learner = Learner(td.learning, self.store) if td.learning.enabled and td.strategy.defers else None
+        self.governance = Governance(config, self.store)
         self.planner = Planner(config, self.store, self.telemetry, self.ranker, self.searches.warm, self._shadow,
-                               self.learner, self.searches.warmed)
+                               self.learner, self.searches.warmed, self.governance)
         p = config.planning
         self.pool = FairExecutor(p.workers, p.per_tenant, p.queue, p.wait)
         set_switch_interval(p.switch_interval)

@@ -21,7 +21,9 @@ Rules it obeys:
   results load them themselves (``ToolResult.loads``), the tool list is never touched; classic
   appends them to the tool list; call-through does neither, the model calls them through the
   dispatcher, whose calls reach the client as calls of the real tool, and those that stand for
-  no tool are answered here with an error, in a hidden round, like a search.
+  no tool are answered here with an error, in a hidden round, like a search;
+- a call of a tool the policy withholds from the request (``policy.tool_policy``) is answered
+  the same way, with the error the mode gives for it: the client never sees it.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ class PhantomLoop:
 
     def receive(self, message: dict[str, Any]) -> Search | Finish:
         targets = self.mode.targets(self.adapter.calls(message))
-        self.visible.append(self.adapter.strip(self.mode.shown(message), [self.phantom]))
+        self.visible.append(self.adapter.strip(self.mode.shown(message), self.mode.hidden))
         phantom = self._phantom_calls(message)
         refused = [ToolResult(c, t, True) for c in self.adapter.calls(message) if isinstance(t := targets.get(c.id), str)]
         self.dispatched += [t.name for t in targets.values() if not isinstance(t, str)]
@@ -99,8 +101,9 @@ class PhantomLoop:
 
     def hide(self, message: dict[str, Any]) -> dict[str, Any]:
         """``message`` as the upstream's conversation goes on from it when the client answers
-        only its real calls: without the search calls and the dispatcher calls that stand for no tool."""
-        return self.adapter.strip(self.mode.hidden(message), [self.phantom])
+        only its real calls: without the search calls, the dispatcher calls that stand for no tool
+        and the calls of tools the policy withholds."""
+        return self.adapter.strip(self.mode.hide(message), self.mode.hidden)
 
     def found(self, found: Sequence[Found]) -> Send | Finish:
         """The answers to the last ``Search``, in the order of its calls."""

@@ -44,6 +44,8 @@ APIS = tuple(GEN_AI_SYSTEMS)
 MODES = ("native", "call-through", "classic", "none")  # ``Record.deferral``; "none": no deferral
 TOKEN_TYPES = ("input", "cache_read", "cache_write", "output")
 UPSTREAM_KINDS = ("client", "hidden")
+CHANGE_KINDS = ("changed", "renamed", "new")  # ``Record.tool_changes[].kind``
+FINDING_KINDS = ("hidden_characters", "instructions", "credentials", "exfiltration")  # ``policy.screening.KINDS``
 
 # What became of a request (``tooldisco_requests_total{outcome}``).
 OUTCOMES = (
@@ -161,7 +163,7 @@ def forwarded_tools(record: Record) -> int:
     was deferred or under native deferral (deferred ones go marked, out of the prompt), else
     those kept (and found earlier) beside the search tool."""
     if record.deferral == "native" or _count(record.deferred_tools) == 0:
-        return _count(record.total_tools)
+        return max(0.0, _count(record.total_tools) - _count(record.denied_tools) - len(record.held_tools or ()))
     return _count(record.kept_tools)
 
 
@@ -275,6 +277,13 @@ class Metrics:
         self.duration = histogram("gen_ai_client_operation_duration_seconds", "One turn, from planning to its "
                                   "last upstream answer (OpenTelemetry gen_ai.client.operation.duration)",
                                   ("gen_ai_operation_name", "gen_ai_system"), DURATION_BUCKETS)
+        self.withheld = counter("tooldisco_tools_withheld", "Client tool definitions the policy kept from a "
+                                "request: denied, or held for review", ("api", "reason"))
+        self.tool_changes = counter("tooldisco_tool_changes", "Tool definitions that differ from the tenant's "
+                                    "pinned ones (changed, renamed) or are new under strict pinning, each "
+                                    "counted in the request that showed it", ("kind",))
+        self.tool_findings = counter("tooldisco_tool_findings", "Screening findings in tool definitions (hidden "
+                                     "characters, instructions, credentials, exfiltration), per request", ("kind",))
         self.errors = Counter("tooldisco_metrics_errors", "Records the metrics could not count in full",
                               registry=r)
         if store is not None:
@@ -326,6 +335,15 @@ class Metrics:
         self.tool_tokens(api, "wire").inc(_count(record.tool_tokens_wire))
         self.tool_tokens(api, "prompt").inc(_count(record.tool_tokens_after))
 
+        if n := _count(record.denied_tools):
+            self.withheld(api, "denied").inc(n)
+        if held := len(record.held_tools or ()):
+            self.withheld(api, "held").inc(held)
+        for change in record.tool_changes or ():
+            self.tool_changes(_bounded(change.get("kind") if isinstance(change, dict) else None, CHANGE_KINDS)).inc()
+        for finding in record.tool_findings or ():
+            self.tool_findings(_bounded(finding.get("kind") if isinstance(finding, dict) else None,
+                                        FINDING_KINDS)).inc()
         for search in record.searches or ():
             error, matched = getattr(search, "error", None), getattr(search, "matched", None)
             self.searches(api, "error" if error else "hit" if matched else "empty").inc()

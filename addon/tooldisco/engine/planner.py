@@ -24,10 +24,12 @@ from tooldisco.core.types import RequestView, Tool, Unsupported
 from tooldisco.search.base import Catalog
 from tooldisco.search.priors import Priors
 from tooldisco.state.base import SessionState, SessionStore, session_key
-from tooldisco.policy import agents, call_through, deferral, native, rejection, relevance
-from tooldisco.policy.modes import CallThroughMode, ClassicMode, DeferralMode, NativeMode, NoLoopMode
+from tooldisco.policy import agents, deferral, native, rejection, relevance
+from tooldisco.policy.modes import NOTHING, Built, CallThroughMode, ClassicMode, DeferralMode, NativeMode, NoLoopMode
+from tooldisco.engine.governance import Governance, Review
+from tooldisco.core.types import ToolCatalog
 from tooldisco.engine.telemetry import Record, TelemetrySink
-from tooldisco.core.tokens import estimate_tokens, tokens_for
+from tooldisco.core.tokens import estimate_tokens
 from tooldisco.core.tenants import tenant_of
 
 Ranker = Callable[..., object] | None
@@ -105,8 +107,10 @@ class Planner:
     def __init__(self, config: Config, store: SessionStore, telemetry: TelemetrySink,
                  ranker: Ranker, warm: Callable[[Catalog], Awaitable[None]],
                  shadow: Callable[[RequestView, deferral.DeferralPlan, Record], Awaitable[None]],
-                 learner: Learner | None = None, warmed: Callable[[Catalog], bool] = lambda tools: False) -> None:
+                 learner: Learner | None = None, warmed: Callable[[Catalog], bool] = lambda tools: False,
+                 governance: Governance | None = None) -> None:
         self.config = config
+        self.governance = governance if governance is not None and governance.active else None
         self.store = store
         self.learner = learner
         self.telemetry = telemetry
@@ -122,26 +126,28 @@ class Planner:
         td = self.config.tool_discovery
         started = time.perf_counter()
         record = Record(provider=adapter.api, strategy=td.strategy.value)
+        allowed: list[bytes] = []  # the body as the policy lets it go, once worked out: what a failure forwards
         try:
             text = _text(body)
             with jsonspan.reusing(text):  # the body's objects decoded once, however often searched
-                return self._plan(adapter, headers, body, text, query, record)
+                return self._plan(adapter, headers, body, text, query, record, allowed)
         except Unsupported as e:
             record.fallback_reason = f"unsupported: {e}"
             logger.warning("tool discovery skipped ({}): {}", adapter.api, e)
-            return Prepared(record=record)
-        except Exception as e:  # fail open: whatever went wrong, forward unchanged
+            return Prepared(allowed[0] if allowed else None, record=record)
+        except Exception as e:  # fail open: whatever went wrong, forward unchanged (less what the policy withholds)
             record.fallback_reason = f"error: {type(e).__name__}"
             logger.opt(exception=e).warning("tool discovery failed ({}); forwarding unchanged", adapter.api)
-            return Prepared(record=record)
+            return Prepared(allowed[0] if allowed else None, record=record)
         finally:
             record.processing_ms = round((time.perf_counter() - started) * 1000, 3)
             if record.outcome != "pending" and not hold:  # else the runner (or the rollout, or the caller) does
                 self.telemetry.submit(record)
 
     def _plan(self, adapter: Adapter, headers: Mapping[str, str], body: bytes, text: str, query: str,
-              record: Record) -> Prepared:
-        """``prepare``'s work on the decoded body; whatever it raises, ``prepare`` fails open."""
+              record: Record, allowed: list[bytes]) -> Prepared:
+        """``prepare``'s work on the decoded body; whatever it raises, ``prepare`` fails open
+        (forwarding ``allowed``'s body once the policy has withheld tools from it)."""
         td = self.config.tool_discovery
         view = adapter.parse(text)
         record.stream = view.stream
@@ -155,6 +161,13 @@ class Planner:
         record.model = view.model or record.model
         record.tenant = session.tenant[:12]
         record.agent = agents.family(headers.get("user-agent"))
+        review = Review()
+        if self.governance is not None:
+            review = self.governance.review(view, headers, session.tenant if session.persist else None, record)
+        if review.withheld:  # gone from the request before any strategy reads it
+            view, text = _withhold(adapter, view, text, review.withheld)
+            body = text.encode("utf-8")
+            allowed.append(body)
         forwarded = text
         if session.persist and td.strategy.defers:  # the strategies that stitch
             # The upstream goes on from what it really produced, not from the message stitched for the client.
@@ -167,17 +180,17 @@ class Planner:
         match td.strategy:
             case Strategy.PASSTHROUGH:
                 record.fallback_reason = "passthrough"
-                prepared = Prepared()
+                prepared = self._as_sent(adapter, view, forwarded, body, session, record, review)
             case _ if defers := deferral.client_defers(view, td):
                 # The client searches its own deferred tools: a second search tool beside it could
                 # only fail, and hiding more tools would put them where its search cannot look.
                 record.fallback_reason = defers
-                prepared = Prepared()
+                prepared = self._as_sent(adapter, view, forwarded, body, session, record, review)
             case Strategy.RELEVANCE:
-                prepared = self._relevance(adapter, view, forwarded, body, session, record)
+                prepared = self._relevance(adapter, view, forwarded, body, session, record, review)
             case Strategy.TOOL_SEARCH | Strategy.API:
-                prepared = self._deferral(adapter, view, forwarded, body, session, record)
-        if (session.pending or session.head or record.restored) and prepared.body is None:
+                prepared = self._deferral(adapter, view, forwarded, body, session, record, review)
+        if (session.pending or session.head or record.restored or review.withheld) and prepared.body is None:
             prepared.body = forwarded.encode("utf-8")
         prepared.record = record
         return prepared
@@ -210,14 +223,41 @@ class Planner:
             return decide(SessionState())
         return self.store.update(session.key, decide)
 
+    def _context(self, build: Callable[..., Built[FlowContext]], session: _Session, record: Record,
+                 view: RequestView, original: bytes, **context: object) -> FlowContext:
+        """The flow context of one flavour's body (``Mode.build(**context)``), counted on ``record``."""
+        built = build(view=view, **context)
+        self._count(record, built.loaded, built.deferred, extra=built.extra)
+        if built.wire is not None:
+            record.tool_tokens_wire = built.wire
+        ctx = FlowContext(built.mode.adapter, session.key, session.tenant, session.persist, built.body, original,
+                          built.mode, built.catalog, built.forwarded, record, view.stream)
+        if isinstance(built.mode, CallThroughMode):  # the dispatcher and the searches share one catalog
+            ctx.searchable = built.mode.dispatch.catalog
+        return ctx
+
+    def _as_sent(self, adapter: Adapter, view: RequestView, text: str, original: bytes, session: _Session,
+                 record: Record, review: Review) -> Prepared:
+        """A request no strategy changes: as it came, unless the policy withheld tools from it;
+        then the rest as sent, and a call of a withheld tool is answered in a hidden round."""
+        if not review.withheld:
+            return Prepared()
+        record.outcome = "pending"
+        ctx = self._context(NoLoopMode.build, session, record, view, original, adapter=adapter, kept=view.tools,
+                            text=text, withheld=review.withheld)
+        ctx.rewritten = True
+        return Prepared(ctx.body.encode("utf-8"), ctx)
+
     def _relevance(self, adapter: Adapter, view: RequestView, text: str, original: bytes, session: _Session,
-                   record: Record) -> Prepared:
-        td = self.config.tool_discovery
+                   record: Record, review: Review) -> Prepared:
+        td = review.settings or self.config.tool_discovery
         total = len(view.tools)
         keep = relevance.keep_count(total, td)
+        if review.max_loaded is not None:
+            keep = min(keep, review.max_loaded)
         if not total or total <= td.min_tools or keep >= total:
             record.fallback_reason = "no_tools" if not total else "below_min_tools"
-            return Prepared()
+            return self._as_sent(adapter, view, text, original, session, record, review)
         ranker = _ranked_now(self.ranker, view)
         seen = view.offered.name_set
         listed = view.offered.derived("tool list key", lambda: relevance.tool_list_key(seen))
@@ -232,22 +272,21 @@ class Planner:
         sel = self._decide(session, decide)
         self._count(record, sel.kept, sel.deferred)
         if len(sel.kept) == total and tuple(t.name for t in sel.kept) == view.offered.names:
-            return Prepared()
-        new = adapter.with_tools(text, [t.raw for t in sel.kept])
+            return self._as_sent(adapter, view, text, original, session, record, review)
         record.outcome = "pending"
-        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original, NoLoopMode(adapter),
-                          {}, [t.name for t in sel.kept], record, view.stream)
-        return Prepared(new.encode("utf-8"), ctx)
+        ctx = self._context(NoLoopMode.build, session, record, view, original, adapter=adapter, kept=sel.kept,
+                            deferred=sel.deferred, text=text, withheld=review.withheld)
+        return Prepared(ctx.body.encode("utf-8"), ctx)
 
     def _deferral(self, adapter: Adapter, view: RequestView, text: str, original: bytes, session: _Session,
-                  record: Record) -> Prepared:
-        td = self.config.tool_discovery
+                  record: Record, review: Review) -> Prepared:
+        td = review.settings or self.config.tool_discovery
         phantom = td.search_tool_name
         seen = view.offered.name_set
         if phantom in seen:
             record.fallback_reason = "search_tool_name_taken"
             logger.warning("client already sends a tool named {}: not deferring", phantom)
-            return Prepared()
+            return self._as_sent(adapter, view, text, original, session, record, review)
         ranker = _ranked_now(self.ranker, view) if td.defer.upfront else None
         applies = not td.strategy.remote or self._in_rollout(session.key)  # else the request goes unchanged
         natives = adapter.native_deferral()
@@ -269,7 +308,8 @@ class Planner:
             # The session's first turn chooses what stays loaded, with what the tenant's traffic
             # learned; later turns reuse that choice.
             learned = bonus() if bonus is not None and not s.upfront else None
-            plan = deferral.plan(view, td, s.upfront, () if through_here is not None else s.expanded, ranker, learned)
+            plan = deferral.plan(view, td, s.upfront, () if through_here is not None else s.expanded, ranker, learned,
+                                 most=review.max_loaded)
             if plan.skipped or not applies:
                 return plan, None, None
             if not s.upfront:  # chosen once per session, never re-ranked (see deferral.plan)
@@ -283,100 +323,32 @@ class Planner:
         plan, natively, calls_through = self._decide(session, decide)  # calls_through: the adapter's side
         if plan.skipped:
             record.fallback_reason = plan.skipped
-            return Prepared()
+            return self._as_sent(adapter, view, text, original, session, record, review)
         if td.strategy.remote and (held := self._rollout(view, plan, session.key, record)) is not None:
-            return held
+            if held.background is None:  # outside the rollout: as sent (less what the policy withholds)
+                return self._as_sent(adapter, view, text, original, session, record, review)
+            return held  # dark or shadow: the body as sent (``_plan`` applies the policy's)
         record.outcome = "pending"
-        classic = partial(self._classic, adapter, plan, text, original, session, record, view)
+        # Every flavour's build takes the same keyword context; each reads what it needs.
+        context = dict(adapter=adapter, text=text, td=td, backend=self._backend(), withheld=review.withheld or NOTHING)
+
+        def classic(key: str = model) -> FlowContext:
+            return self._context(ClassicMode.build, session, record, view, original, plan=plan, model=key, **context)
+
         if calls_through is not None:
             # Refused (an API version without ``parametersJsonSchema``): this request the classic way.
-            ctx = self._through(adapter, calls_through, plan, text, original, session, record, view,
-                                through_key, classic)
+            ctx = self._context(CallThroughMode.build, session, record, view, original, through=calls_through,
+                                plan=plan, refusal_key=through_key, fallback=partial(classic, through_key), **context)
         elif natively is not None and natives is not None:
-            ctx = self._native(adapter, natives, natively, plan, text, original, session, record, view, model,
-                               classic)
+            # Refused: the classic request, which counts itself on the record again.
+            ctx = self._context(NativeMode.build, session, record, view, original, natives=natives,
+                                natively=natively, model=model, fallback=classic, **context)
         else:
-            ctx = classic(model)
+            ctx = classic()
         record.deferral = ctx.mode.name
         if priors is not None:
             ctx.priors, ctx.offered = priors, view.offered.by_name
         return Prepared(ctx.body.encode("utf-8"), ctx, self._warm_up(ctx.searchable))
-
-    def _tools(self, adapter: Adapter, plan: deferral.DeferralPlan, text: str, added: list[str], record: Record
-               ) -> str:
-        """The forwarded body: kept tools, ``added`` (ours), tools found earlier; counted."""
-        new = adapter.with_tools(text, [t.raw for t in plan.kept] + added + [t.raw for t in plan.expanded])
-        self._count(record, plan.kept + plan.expanded, plan.deferred, extra=sum(map(estimate_tokens, added)))
-        return new
-
-    def _search_tool(self, adapter: Adapter, plan: deferral.DeferralPlan, view: RequestView,
-                     dispatcher: str | None = None) -> str:
-        """The search tool, described over deferred + found: a discovery then leaves its text,
-        and so the cached prompt prefix up to it, unchanged."""
-        td = self.config.tool_discovery
-        description = deferral.described(view.offered, plan, self._backend(), td.max_search_results, dispatcher)
-        return adapter.phantom_tool(td.search_tool_name, description)
-
-    def _classic(self, adapter: Adapter, plan: deferral.DeferralPlan, text: str, original: bytes,
-                 session: _Session, record: Record, view: RequestView, model: str = "") -> FlowContext:
-        """Classic deferral: kept tools, the search tool, tools found earlier; a discovery appends.
-
-        Searchable are the deferred tools of this request alone: a session may be shared by
-        clients with other tools (one credential, the same first message), and a definition
-        only another client sent must never reach this one's model (``sessions``)."""
-        phantom = self.config.tool_discovery.search_tool_name
-        new = self._tools(adapter, plan, text, [self._search_tool(adapter, plan, view)], record)
-        loaded = [t.name for t in plan.kept + plan.expanded]
-        return FlowContext(adapter, session.key, session.tenant, session.persist, new, original,
-                           ClassicMode(adapter, phantom, model), {t.name: t for t in plan.deferred},
-                           loaded + [phantom], record, view.stream)
-
-    def _through(self, adapter: Adapter, through: CallThrough, plan: deferral.DeferralPlan, text: str,
-                 original: bytes, session: _Session, record: Record, view: RequestView, key: str,
-                 classic: Callable[[str], FlowContext]) -> FlowContext:
-        """Call-through (``policy.call_through``): kept tools, the search tool and the
-        dispatcher, the same for the whole session; found tools are called through the
-        dispatcher, and the history's calls of deferred tools go upstream as the dispatcher
-        calls they were made as. ``classic``: this request deferred the classic way, should
-        the upstream refuse the dispatcher."""
-        td = self.config.tool_discovery
-        phantom, dispatcher = td.search_tool_name, td.call_tool_name
-        catalog = {t.name: t for t in plan.deferred}
-        added = [self._search_tool(adapter, plan, view, dispatcher),
-                 through.dispatcher_tool(dispatcher, call_through.description(phantom))]
-        new = self._tools(adapter, plan, through.wrap(text, catalog.keys(), dispatcher), added, record)
-        loaded = [t.name for t in plan.kept + plan.expanded]
-        ctx = FlowContext(adapter, session.key, session.tenant, session.persist, new, original,
-                          ClassicMode(adapter, phantom), catalog, loaded + [phantom, dispatcher], record, view.stream)
-        # The dispatcher resolves names over the very catalog the searches use.
-        dispatch = call_through.Dispatch(dispatcher, phantom, ctx.searchable, loaded)
-        ctx.mode = CallThroughMode(adapter, through, dispatch, key, partial(classic, key))
-        return ctx
-
-    def _native(self, adapter: Adapter, natives: NativeDeferral, natively: deferral.DeferralPlan,
-                plan: deferral.DeferralPlan, text: str, original: bytes, session: _Session, record: Record,
-                view: RequestView, model: str, classic: Callable[[str], FlowContext]) -> FlowContext:
-        """Native deferral (``policy.native``): the client's tools as they are, deferred ones
-        marked, the search tool last; searchable are the deferred tools of this request only
-        (a reference must name a tool in ``tools[]``). Tools found on earlier turns stay deferred:
-        their loading references are in hidden rounds the client's history lacks (restoring those
-        rounds brings them back), and loading them here would change ``tools[]``. ``classic``
-        makes this request deferred the classic way (``plan``), should the upstream refuse the
-        native form: only then, since it is a whole body of its own."""
-        td = self.config.tool_discovery
-        description = deferral.described(view.offered, natively, self._backend(), td.max_search_results, natively=True)
-        search = natives.native_search_tool(td.search_tool_name, description)
-        body = natives.native_tools(text, [t.name for t in natively.deferred], search)
-        self._count(record, natively.kept, natively.deferred, extra=estimate_tokens(search))
-        # The deferred definitions still go upstream (marked): on the wire, not in the prompt. Counted
-        # from the definitions, not by parsing the forwarded body again (each marked one: its text and the mark).
-        record.tool_tokens_wire = record.tool_tokens_before + estimate_tokens(search) + _marks(view, natively)
-        name = natives.native_search(td.search_tool_name)
-        # Refused: the classic request, which counts itself on the record again.
-        mode: NativeMode[FlowContext] = NativeMode(adapter, name, model, fallback=lambda: classic(model))
-        return FlowContext(adapter, session.key, session.tenant, session.persist, body, original, mode,
-                           {t.name: t for t in natively.deferred}, [t.name for t in natively.kept] + [name],
-                           record, view.stream)
 
     def _backend(self) -> str:
         """The search backend named in the search tool's description."""
@@ -420,24 +392,21 @@ class Planner:
         record.tool_tokens_after = record.tool_tokens_wire = sum(estimate_tokens(t.raw) for t in kept) + extra
 
 
-_MARK = ',"defer_loading":true'  # what native deferral adds to a definition (``common.deferred_text``)
-
-
-def _marked_extra(tool: Tool) -> int:
-    """The estimated tokens the mark adds to ``tool``'s definition (none when it has one)."""
-    if '"defer_loading"' in tool.raw:
-        return 0
-    return tokens_for(len(tool.raw) + len(_MARK)) - tokens_for(len(tool.raw))
-
-
-def _marks(view: RequestView, plan: deferral.DeferralPlan) -> int:
-    """What marking the plan's deferred tools adds (``_marked_extra``): the catalog's total (once)
-    less the few tools left loaded."""
+def _withhold(adapter: Adapter, view: RequestView, text: str, withheld: Mapping[str, str]) -> tuple[RequestView, str]:
+    """``view`` and ``text`` without the tools the policy withholds. The smaller catalog is kept on
+    the client's (``ToolCatalog.derived``), so a session's later turns reuse it and what is
+    derived from it, like any catalog."""
     offered = view.offered
-    if len(plan.kept) + len(plan.deferred) + len(plan.expanded) != len(offered.tools):  # not a plan over it
-        return sum(map(_marked_extra, plan.deferred))
-    total = offered.derived("marks", lambda: sum(map(_marked_extra, offered.tools)))
-    return total - sum(map(_marked_extra, plan.kept + plan.expanded))
+    gone = frozenset(n for n in withheld if n in offered.by_name)
+    if not gone:
+        return view, text
+
+    def smaller() -> ToolCatalog:
+        kept = tuple(t for t in offered.tools if t.name not in gone)
+        return ToolCatalog(kept, tuple(t.raw for t in kept))
+
+    catalog = offered.derived(("withheld", gone), smaller, per_set=True)
+    return replace(view, tools=catalog.tools, catalog=catalog), adapter.with_tools(text, catalog.raws)
 
 
 def _text(body: bytes) -> str:

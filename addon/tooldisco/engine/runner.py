@@ -331,7 +331,8 @@ class LoopRunner:
         """After an internal fault: the first answer minus the phantom calls; as it came when it
         holds none (nothing to improve); an error only when a search call cannot be taken out."""
         ctx = self.ctx
-        if not ctx.phantom or ctx.phantom.encode() not in body:
+        hidden = [n for n in ctx.mode.hidden if n.encode() in body]  # the search tool, tools the policy withholds
+        if not hidden:
             try:
                 return Reply(200, headers, self._echo(body))  # the upstream's bytes, echoes restored
             except Exception:
@@ -340,7 +341,7 @@ class LoopRunner:
         if message is None:
             return self._undecodable(Answer.whole(200, body, headers), body)
         try:
-            stripped = ctx.adapter.strip(message, [ctx.phantom])
+            stripped = ctx.adapter.strip(message, hidden)
             if not has_content(ctx.adapter, stripped):  # searches only: an empty turn is refused later
                 return self._error_reply(502, "tool discovery failed")
             return Reply(200, headers, self._echo(_dumps(stripped)))

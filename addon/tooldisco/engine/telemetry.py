@@ -86,6 +86,15 @@ class Record:
     # From the start of planning to the turn's last byte (a live stream's: as passed to the client,
     # its reading included); 0: not measured (a record closed before its answer).
     total_ms: float = 0.0
+    # The policy (``engine.governance``): tools it denied this request, the client entry that
+    # matched ("policy.clients[i]"; None: the defaults), tools held for review (by name),
+    # definitions that changed or are new for the tenant ({tool, kind, what, was?, fingerprint})
+    # and screening findings ({tool, kind, where, detail}): each reported in the request that showed it.
+    denied_tools: int = 0
+    policy: str | None = None
+    held_tools: list[str] = field(default_factory=list)
+    tool_changes: list[dict[str, Any]] = field(default_factory=list)
+    tool_findings: list[dict[str, Any]] = field(default_factory=list)
     # The turn's short, stable id: the same in mitmdump's line, mitmweb's comment and the report.
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 

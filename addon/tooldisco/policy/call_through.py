@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from functools import cached_property
-from typing import Collection
+from typing import Collection, Mapping
 
 from tooldisco.core.types import Target, ToolCall
 from tooldisco.search.base import Catalog
@@ -41,11 +41,14 @@ class Dispatch:
     """The dispatcher of one flow: which of its calls stand for which real call. The stitcher
     (what the client sees live) and the loop (what is answered) ask the same object."""
 
-    def __init__(self, name: str, search: str, catalog: Catalog, loaded: Collection[str]) -> None:
+    def __init__(self, name: str, search: str, catalog: Catalog, loaded: Collection[str],
+                 withheld: Mapping[str, str] | None = None) -> None:
         self.name = name  # the dispatcher's tool name
         self.search = search  # the search tool's (named in errors)
         self.catalog = catalog  # the deferred tools a call may name
         self.loaded = frozenset(loaded)  # client tools forwarded as they are: a call may name them too
+        # Tools the policy withholds from this request, with what the model reads when it names one.
+        self.withheld: Mapping[str, str] = withheld or {}
         self._unknowns: dict[str, str] = {}  # name -> its error: the stitcher and the loop ask for the same call
 
     def target(self, call: ToolCall) -> Target | str:
@@ -58,6 +61,8 @@ class Dispatch:
                 pass
         if not isinstance(args, dict) or not isinstance(args.get("name"), str) or not args["name"].strip():
             return _error(f'{self.name} takes {{"name": "<a tool {self.search} returned>", "arguments": {{...}}}}.')
+        if (refusal := self.withheld.get(args["name"].strip())) is not None:
+            return _error(refusal)
         name = self._resolve(args["name"].strip())
         if name is None:
             return _error(self._unknown(args["name"]))

@@ -125,6 +125,7 @@ def plan(
     expanded: Sequence[str],
     ranker: Ranker | None,
     learned: Mapping[str, float] | None = None,
+    most: int | None = None,
 ) -> DeferralPlan:
     """Kept, deferred and found tools for one request.
 
@@ -136,6 +137,10 @@ def plan(
     ``relevance.scores``). The caller records ``kept``'s names as the session's
     upfront set when it had none; native deferral (``policy.native``) keeps the same set
     loaded, so a session that falls back from native to classic forwards the same tools.
+
+    ``most`` (the policy's ``max_loaded``): at most this many of the client's tools loaded, the
+    must-keeps first (they cannot wait), then the tools found most recently, then the upfront
+    choice in its order; the rest are deferred, searchable again.
     """
     offered = view.offered
     by_name = offered.by_name
@@ -155,14 +160,24 @@ def plan(
         return DeferralPlan(tuple(view.tools), (), (), skipped="below_threshold")
     if not deferrable:
         return DeferralPlan(tuple(view.tools), (), (), skipped="nothing_to_defer")
+    order: list[str]  # the upfront choice, in its order
     if upfront:
-        chosen = set(upfront)
+        order = list(upfront)
     elif d.upfront:
         upfront_view = RequestView(tools=tuple(rest), query=view.query, used=view.used, forced=view.forced,
                                    catalog=offered if rest is view.tools else None)
-        chosen = {t.name for t in select(upfront_view, cfg, len(must) + d.upfront, ranker=ranker, learned=learned).kept}
+        order = [t.name for t in select(upfront_view, cfg, len(must) + d.upfront, ranker=ranker, learned=learned).kept]
     else:
-        chosen = set()
+        order = []
+    chosen = set(order)
+    if most is not None:
+        room = max(0, most - len(must))
+        if len(found) > room:  # the most recently found stay; the others wait behind the search again
+            found_names = {t.name for t in found[len(found) - room:]} if room else set()
+            found = tuple(t for t in found if t.name in found_names)
+            rest = [t for t in view.tools if t.name not in found_names]
+        room -= len(found)
+        chosen = set([n for n in dict.fromkeys(order) if n not in must and n not in found_names][:room])
     keep = must.union(chosen)
     kept: list[Tool] = []
     deferred: list[Tool] = []

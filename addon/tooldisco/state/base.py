@@ -11,6 +11,7 @@ so a session written by one reads the same through the other; the codecs are def
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -100,6 +101,28 @@ class SessionStore(Protocol):
         """Wipe one tenant's learned priors, or every tenant's (None); how many entries went."""
         ...
 
+    def pins(self, tenant: str) -> Any:
+        """The tenant's pinned tool definitions as stored (``policy.pins``' entry); None when absent,
+        or the store is unusable."""
+        ...
+
+    def pin(self, tenant: str, change: Callable[[Any], Any]) -> Any:
+        """Read, change and write the tenant's pins atomically, like ``learn``; the entry written
+        (None: the store unusable, or ``change`` returned None, which writes nothing). ``change``
+        gets the entry as stored (None when absent) and may run more than once; returning the
+        very object it was given writes nothing but refreshes the entry's TTL (``PINS_TTL``)."""
+        ...
+
+    def pin_entries(self) -> list[tuple[str, Any]]:
+        """Every tenant's pins entry with its storage key (``pins_key``), for the CLI: a scan, not
+        for the request path. Empty when the store is unusable."""
+        ...
+
+    def pin_at(self, key: str, change: Callable[[Any], Any]) -> Any:
+        """``pin`` by storage key, as ``pin_entries`` names it (the CLI approves without knowing the
+        tenant); a key that is not a pins key changes nothing and reads None."""
+        ...
+
     def __len__(self) -> int:
         """Entries stored (for tests and scripts, not the request path)."""
         ...
@@ -152,6 +175,41 @@ LEARNED_PREFIX = "learned:"
 def learned_key(tenant: str) -> str:
     """Where a tenant's learned priors live: hashed again, like every key, so no tenant hash is a key."""
     return LEARNED_PREFIX + hashlib.sha256(f"learned\0{tenant}".encode("utf-8", "replace")).hexdigest()[:32]
+
+
+#: Pinned tool definitions (``policy.pins``) are what a tenant approved: they outlive sessions
+#: and learned priors; an entry no request refreshed for this long (a tenant gone) expires.
+PINS_TTL = 365 * 86400.0
+PINS_PREFIX = "pins:"
+
+
+def pins_key(tenant: str) -> str:
+    """Where a tenant's pinned tool definitions live: hashed again, with a domain prefix of its own."""
+    return PINS_PREFIX + hashlib.sha256(f"pins\0{tenant}".encode("utf-8", "replace")).hexdigest()[:32]
+
+
+def is_pins_key(key: str) -> bool:
+    """Whether ``key`` is where a tenant's pins live (what ``pin_at`` may change)."""
+    rest = key[len(PINS_PREFIX):] if isinstance(key, str) and key.startswith(PINS_PREFIX) else ""
+    return len(rest) == 32 and all(c in "0123456789abcdef" for c in rest)
+
+
+def encode_entry(value: Any) -> bytes:
+    """A stored JSON value's bytes, the same in both stores (Redis keeps every value so; the disk
+    store keeps pins so): UTF-8, a lone surrogate (a name the client sent escaped) as it is."""
+    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def decode_entry(raw: Any) -> Any:
+    """The value ``encode_entry`` made (bytes or text); anything unreadable reads as absent."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        return None
+    try:
+        return json.loads(bytes(raw).decode("utf-8", "surrogatepass"))
+    except (ValueError, RecursionError):
+        return None
 
 
 def link_entry(session: str, pending: list[str], head: str | None) -> dict[str, Any]:

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
+from time import sleep as _pause
 from typing import Any, TypeVar
 
 import diskcache
@@ -44,15 +46,21 @@ from tooldisco.core.private import private_cache
 from tooldisco.state.base import (
     LEARNED_PREFIX,
     LEARNED_TTL,
+    PINS_PREFIX,
+    PINS_TTL,
     Link,
     SessionState,
     alias_key,
+    decode_entry,
     decode_link,
     decode_rounds,
     decode_state,
+    encode_entry,
     encode_state,
+    is_pins_key,
     learned_key,
     link_entry,
+    pins_key,
     rounds_key,
 )
 
@@ -210,6 +218,70 @@ class DiskSessionStore:
 
         return self._call(wipe, 0)
 
+    def pins(self, tenant: str) -> Any:
+        return self._call(lambda cache: decode_entry(cache.get(pins_key(tenant))), None)
+
+    def pin(self, tenant: str, change: Callable[[Any], Any]) -> Any:
+        """Like ``learn``: optimistic, ``change`` outside any transaction, the write only if no other
+        writer came in between (the revision counter). The entry is kept as ``encode_entry``'s
+        bytes, the very bytes the Redis store keeps. After ``PIN_ATTEMPTS`` lost races the last try
+        runs ``change`` inside the transaction (a pin is what a user approved: it is not dropped)."""
+        return self.pin_at(pins_key(tenant), change)
+
+    def pin_at(self, key: str, change: Callable[[Any], Any]) -> Any:
+        if not is_pins_key(key):
+            return None
+        rev_key = key + _REVISION
+
+        def write(cache: diskcache.Cache, data: Any, entry: Any, rev: int) -> Any:
+            if entry is None or entry is data:  # nothing to write: the TTL slides
+                if data is not None:
+                    cache.touch(key, expire=PINS_TTL)
+                    cache.touch(rev_key, expire=PINS_TTL)
+                return entry
+            cache.set(key, encode_entry(entry), expire=PINS_TTL)
+            cache.set(rev_key, rev + 1, expire=PINS_TTL)
+            return entry
+
+        def attempt(cache: diskcache.Cache) -> Any:
+            rev = cache.get(rev_key, 0)  # read before the entry: a write in between shows as a new revision
+            data = decode_entry(cache.get(key))
+            entry = change(data)
+            if entry is None or entry is data:
+                return write(cache, data, entry, rev)
+            with cache.transact():
+                if cache.get(rev_key, 0) != rev:
+                    return _NONE
+                return write(cache, data, entry, rev)
+
+        def locked(cache: diskcache.Cache) -> Any:
+            with cache.transact():
+                rev = cache.get(rev_key, 0)
+                data = decode_entry(cache.get(key))
+                return write(cache, data, change(data), rev)
+
+        for _ in range(PIN_ATTEMPTS):
+            entry = self._call(attempt, None)
+            if entry is not _NONE:
+                return entry
+            _pause(random.uniform(0, 0.005))  # a lost race: let the winner finish
+        return self._call(locked, None)
+
+    def pin_entries(self) -> list[tuple[str, Any]]:
+        """Every tenant's pins entry (a walk over every key: for the CLI)."""
+
+        def every(cache: diskcache.Cache) -> list[tuple[str, Any]]:
+            keys = sorted(k for k in cache.iterkeys() if isinstance(k, str) and k.startswith(PINS_PREFIX)
+                          and is_pins_key(k))
+            out = []
+            for k in keys:
+                raw = cache.get(k)
+                if raw is not None:
+                    out.append((k, decode_entry(raw)))
+            return out
+
+        return self._call(every, [])
+
     def _maybe_cleanup(self) -> None:
         now = time.monotonic()
         if now - self._last_cleanup < self._cleanup_interval:
@@ -352,8 +424,9 @@ class DiskSessionStore:
 # full, not a database), diskcache's lock timeout, and the file system's.
 _FAILURES = (sqlite3.Error, diskcache.Timeout, OSError)
 _NONE: Any = object()
-_REVISION = ":rev"  # beside a tenant's learned entry: how many writes it has had
+_REVISION = ":rev"  # beside a tenant's learned (or pins) entry: how many writes it has had
 LEARN_ATTEMPTS = 5  # optimistic merges of one flush before its lessons are dropped
+PIN_ATTEMPTS = 5  # optimistic tries of one pin before it runs inside the transaction
 
 
 def _corrupt(error: BaseException) -> bool:

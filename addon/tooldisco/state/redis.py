@@ -4,7 +4,8 @@ Why: behind a load balancer, or with agents moving between machines, a tool foun
 one proxy must be loaded by the next without a second search. The semantics are the protocol's
 (``state.base.SessionStore``) and the disk store's, on the same keys under a prefix:
 sessions by tenant-bound key with a sliding TTL, response links under ``chain:``, real
-rounds under ``rounds:``. What differs:
+rounds under ``rounds:``, learned priors under ``learned:``, pinned tool definitions under
+``pins:`` (their bytes the disk store's: ``state.base.encode_entry``). What differs:
 
 - Atomic read-modify-write across processes is optimistic: WATCH the session, read it,
   run ``change``, write it in MULTI/EXEC; another writer in between fails the EXEC and the
@@ -21,7 +22,6 @@ rounds under ``rounds:``. What differs:
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import threading
@@ -38,15 +38,21 @@ from tooldisco.config import RedisSettings
 from tooldisco.state.base import (
     LEARNED_PREFIX,
     LEARNED_TTL,
+    PINS_PREFIX,
+    PINS_TTL,
     Link,
     SessionState,
     alias_key,
+    decode_entry,
     decode_link,
     decode_rounds,
     decode_state,
+    encode_entry,
     encode_state,
+    is_pins_key,
     learned_key,
     link_entry,
+    pins_key,
     rounds_key,
 )
 
@@ -162,6 +168,41 @@ class RedisSessionStore:
 
         return self._call(every, 0)
 
+    def pins(self, tenant: str) -> Any:
+        return self._call(lambda: _decode(self._redis.get(self._prefix + pins_key(tenant))), None)
+
+    def pin(self, tenant: str, change: Callable[[Any], Any]) -> Any:
+        """The tenant's pins read, changed and written atomically (like ``learn``)."""
+        return self.pin_at(pins_key(tenant), change)
+
+    def pin_at(self, key: str, change: Callable[[Any], Any]) -> Any:
+        if not is_pins_key(key):
+            return None
+
+        def step(data: Any) -> tuple[Any, Any]:
+            entry = change(data)
+            # The same object (or None: nothing to write) leaves the value as it is, its TTL refreshed.
+            return (_SAME if entry is None or entry is data else entry), entry
+
+        return self._call(lambda: self._transact(self._prefix + key, step, int(PINS_TTL * 1000)), None)
+
+    def pin_entries(self) -> list[tuple[str, Any]]:
+        """Every tenant's pins entry (a scan, then MGET in batches: for the CLI)."""
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", self._prefix + PINS_PREFIX) + "*"
+
+        def every() -> list[tuple[str, Any]]:
+            keys = sorted(set(self._redis.scan_iter(match=pattern, count=1000)))
+            out = []
+            for i in range(0, len(keys), 500):
+                batch = keys[i:i + 500]
+                for k, raw in zip(batch, self._redis.mget(batch)):
+                    key = k.decode("utf-8", "surrogateescape")[len(self._prefix):]
+                    if raw is not None and is_pins_key(key):
+                        out.append((key, _decode(raw)))
+            return out
+
+        return self._call(every, [])
+
     def _call(self, op: Callable[[], T], blank: T) -> T:
         """``op``'s result, or ``blank`` when Redis fails (or failed a moment ago)."""
         if not self._breaker.allows():
@@ -239,15 +280,11 @@ class RedisSessionStore:
 
 
 def _encode(value: Any) -> bytes:
-    """JSON as UTF-8; a lone surrogate (a name the client sent escaped) passes as it is."""
-    return json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    """JSON as UTF-8; a lone surrogate (a name the client sent escaped) passes as it is. The
+    codec is ``state.base``'s: the disk store keeps pins in the same bytes."""
+    return encode_entry(value)
 
 
 def _decode(raw: bytes | None) -> Any:
     """A stored JSON value; anything unreadable reads as absent (a blank session)."""
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw.decode("utf-8", "surrogatepass"))
-    except ValueError:
-        return None
+    return decode_entry(raw)

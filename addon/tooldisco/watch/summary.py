@@ -296,6 +296,10 @@ class FlowSummary:
     rounds: int = 1  # upstream rounds
     total_ms: float = 0.0  # measured; 0: written before it was
     status: int | None = None  # the last upstream answer's status, when recorded
+    denied: int = 0  # tools the policy denied this request
+    held: tuple[str, ...] = ()  # tools held for review
+    changes: tuple[Mapping[str, Any], ...] = ()  # definitions changed or new for the tenant (``Record.tool_changes``)
+    findings: tuple[Mapping[str, Any], ...] = ()  # screening findings (``Record.tool_findings``)
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> FlowSummary:
@@ -322,7 +326,10 @@ class FlowSummary:
             processing_ms=float(record.get("processing_ms") or 0.0), loops=int(record.get("loops") or 0),
             passed=passed, fallback=None if passed is not None or fallback is None else str(fallback),
             outcome=record.get("outcome"), passage=record.get("passage"), id=str(record.get("id") or ""),
-            rounds=rounds_of(record), total_ms=float(record.get("total_ms") or 0.0), status=last_status(record))
+            rounds=rounds_of(record), total_ms=float(record.get("total_ms") or 0.0), status=last_status(record),
+            denied=int(record.get("denied_tools") or 0), held=tuple(map(str, record.get("held_tools") or ())),
+            changes=tuple(c for c in record.get("tool_changes") or () if isinstance(c, Mapping)),
+            findings=tuple(f for f in record.get("tool_findings") or () if isinstance(f, Mapping)))
 
     @property
     def saved(self) -> int:
@@ -439,6 +446,7 @@ class FlowSummary:
                          f"{plural(len(s.hits), 'hit')}{error}")
             lines += [f"  {name}" for name in s.hits]
         lines += [f"called: {name}" for name in self.called]
+        lines += self.policy_details()
         if round_ids:  # they follow this flow in the list
             lines.append(f"hidden rounds (the proxy's own flows, ⚙): {', '.join(r[:8] for r in round_ids)}")
         return lines
@@ -455,8 +463,34 @@ class FlowSummary:
         return out + ([f"session {self.session}"] if self.session else [])
 
     def _trouble(self) -> list[str]:
-        """What became of a live stream's bytes."""
-        return [_PASSAGE.get(self.passage, f"stream {self.passage}")] if self.passage is not None else []
+        """What became of a live stream's bytes, and what the policy did or found."""
+        out = [_PASSAGE.get(self.passage, f"stream {self.passage}")] if self.passage is not None else []
+        return out + self._policy()
+
+    def _policy(self) -> list[str]:
+        """The policy's part, short: denied and held tools, changed definitions, screening findings."""
+        out = []
+        if self.denied:
+            out.append(f"{plural(self.denied, 'tool')} denied by policy")
+        if self.held:
+            out.append(f"held for review: {_names(self.held)}")
+        if self.changes:
+            out.append("definition " + ", ".join(_change_words(c) for c in self.changes[:MAX_MATCHES]))
+        if self.findings:
+            flagged = tuple(dict.fromkeys(str(f.get("tool")) for f in self.findings))
+            out.append(f"screening flagged {_names(flagged)}")
+        return out
+
+    def policy_details(self) -> list[str]:
+        """Every change and finding in full, each change's diff included (the contentview's)."""
+        lines = []
+        for c in self.changes:
+            lines.append(f"tool {_change_words(c)}: {', '.join(map(str, c.get('what') or ())) or 'first seen'}"
+                         + (f" (fingerprint {c.get('fingerprint')})" if c.get("fingerprint") else ""))
+            lines += [f"  {line}" for line in str(c.get("diff") or "").splitlines()]
+        for f in self.findings:
+            lines.append(f"screening: {f.get('tool')}: {f.get('kind')} in {f.get('where')}: {f.get('detail')}")
+        return lines
 
 
 _PASSAGE = {
@@ -464,6 +498,12 @@ _PASSAGE = {
     "changed": "stream stitched",
     "unhandled": "stream not handled: ended with an error",
 }
+
+
+def _change_words(change: Mapping[str, Any]) -> str:
+    """``name changed`` / ``name new`` / ``name renamed from was``."""
+    name, kind = change.get("tool"), change.get("kind")
+    return f"{name} renamed from {change.get('was')}" if kind == "renamed" else f"{name} {kind}"
 
 
 def _short(n: int) -> str:

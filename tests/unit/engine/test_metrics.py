@@ -197,9 +197,11 @@ def test_every_label_value_comes_from_a_fixed_set():
                        Record(provider="some_new_api", strategy="vibes", deferral="hyper", upstream=[["?", 999]]))
     allowed = {
         "api": set(m.APIS) | {"other"}, "strategy": set(STRATEGIES) | {"other"}, "mode": set(MODES) | {"other"},
-        "outcome": set(OUTCOMES) | {"hit", "empty", "error"}, "reason": set(FALLBACKS),
-        "kind": {"client", "hidden", "other", "actual", "without"}, "type": set(m.TOKEN_TYPES),
+        "outcome": set(OUTCOMES) | {"hit", "empty", "error"},
+        "kind": {"client", "hidden", "other", "actual", "without", *m.CHANGE_KINDS, *m.FINDING_KINDS},
+        "type": set(m.TOKEN_TYPES),
         "stage": {"sent", "forwarded", "loaded", "wire", "prompt"}, "backend": {"disk", "redis"},
+        "reason": set(FALLBACKS) | {"denied", "held"},
         "gen_ai_operation_name": {"chat"}, "gen_ai_system": set(m.GEN_AI_SYSTEMS.values()) | {"other"},
         "gen_ai_token_type": {"input", "output"},
     }

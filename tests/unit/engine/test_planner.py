@@ -157,10 +157,14 @@ async def test_a_tool_only_another_client_sent_never_reaches_this_one(make, td):
 
 
 def test_the_session_store_holds_no_definition(tool_search):
+    """Sessions hold names, never definitions; the tenant's own pins hold its definitions (what
+    ``tooldisco tools diff`` shows), under that tenant's key alone."""
     tool_search.prepare(A, headers(**SHARED), body("weather forecast for Paris", [*TOOLS, PAYROLL]))
     cache = tool_search.store._cache
     stored = [(key, cache.get(key)) for key in cache.iterkeys()]
-    assert stored and not [key for key, value in stored if "Export the payroll" in json.dumps(value)]
+    sessions = [(k, v) for k, v in stored if not str(k).startswith("pins:")]
+    assert sessions and not [key for key, value in sessions if "Export the payroll" in json.dumps(value)]
+    assert len(stored) > len(sessions)  # the tenant's pins
 
 
 # --- a caller without a credential -----------------------------------------------------------

@@ -232,7 +232,7 @@ class AnthropicEventStitcher(Stitcher):
         if not isinstance(index, int):
             return
         call = block.get("type") == "tool_use"
-        if call and block.get("name") == self.phantom:
+        if call and self.hides(block.get("name")):
             self._indexes[index] = None
             self._hid = True
             return

@@ -172,7 +172,7 @@ class ConverseStitcher(Stitcher):
         tool = as_dict(as_dict(data.get("start")).get("toolUse"))
         if not isinstance(index, int) or index in self._indexes:
             return
-        if tool and tool.get("name") == self.phantom:
+        if tool and self.hides(tool.get("name")):
             self._indexes[index] = None
             self._hid = True
             return

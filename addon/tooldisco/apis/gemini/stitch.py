@@ -267,9 +267,9 @@ class GeminiStitcher(Stitcher):
             call = part.get("functionCall") if isinstance(part, dict) else None
             if isinstance(call, dict):
                 rank = self._ranks[key] = self._ranks.get(key, -1) + 1
-                if call.get("name") == self.phantom or (self.dispatch and call.get("name") == self.dispatch.name):
+                if self.hides(call.get("name")) or (self.dispatch and call.get("name") == self.dispatch.name):
                     self._hid = True
-                if call.get("name") == self.phantom or (real := self._real(call, rank)) is None:
+                if self.hides(call.get("name")) or (real := self._real(call, rank)) is None:
                     if "thoughtSignature" in part:
                         self._unsigned.add(key)
                     continue

@@ -226,7 +226,7 @@ class ChatStitcher(Stitcher):
         function = as_dict(call.get("function"))
         if key not in self._calls:  # the call's first fragment: it carries the name
             self._dispatched(choice)  # a call before it is whole
-            if function.get("name") == self.phantom:
+            if self.hides(function.get("name")):
                 self._calls[key] = None
                 self._hidden.add(choice)
             elif self.dispatch is not None and function.get("name") == self.dispatch.name:

@@ -242,7 +242,7 @@ class ResponsesStitcher(Stitcher):
         """A new item shows what a held reasoning item led to, then takes its own place."""
         if self._index_rebase:  # a later round's items continue after what the client has seen
             self._index_shift, self._index_rebase = self._next_index - index, False
-        if phantom_call(item, {self.phantom}):
+        if phantom_call(item, self.hidden):
             self._hidden.add(index)
             self._index_shift -= 1
             self._held_led_to_phantom = self._held_index is not None
@@ -357,7 +357,7 @@ class ResponsesStitcher(Stitcher):
 
     def _visible(self, message: dict[str, Any] | None) -> dict[str, Any] | None:
         """The finished rounds plus ``message`` as the client sees them, merged."""
-        rounds = [r for r in (self._shown, message and strip(message, [self.phantom])) if r]
+        rounds = [r for r in (self._shown, message and strip(message, self.hidden)) if r]
         return merge(rounds) if rounds else None
 
     def _client_response(self, message: dict[str, Any] | None) -> dict[str, Any]:
