@@ -29,6 +29,10 @@ and buffers JSON, as both do. ``--cpu-metrics`` runs a third mitmdump beside the
 the same config plus ``metrics: {listen: 127.0.0.1:0}`` (Prometheus metrics, ``engine.metrics``),
 in the same alternation, and reports its CPU per turn beside the addon's without metrics; its
 metrics are scraped once at the end, and their request count checked against the turns sent.
+``--cpu-policy`` runs two more beside them: the addon with a ``policy:`` of 50 globs (deny and
+always_load globs and client entries; ``policy_config``) and the addon without pins and screening
+(``policy: {pin: off, screen: false}``), to show what the policy and the default pinning and
+screening add per turn.
 """
 
 from __future__ import annotations
@@ -189,6 +193,31 @@ def metrics_config(workdir: Path) -> str:
     return yaml.safe_dump(cfg, sort_keys=False)
 
 
+def policy_config(workdir: Path) -> str:
+    """The addon's config with a team's policy of 50 globs: 40 deny and 6 always_load globs over
+    names no catalog tool has (the request forwards the same tools, so the CPU compared is the
+    policy's alone), and two client entries matched by user agent and header."""
+    import bench_ttfb
+    import yaml
+
+    cfg = yaml.safe_load(bench_ttfb.addon_config(workdir))
+    cfg["policy"] = {"deny": [f"mcp__forbidden{i}__*" for i in range(40)],
+                     "always_load": [f"mcp__pinned{i}__*" for i in range(4)], "max_loaded": 400,
+                     "clients": [{"match": {"user_agent": "nobody-agent/*"}, "deny": ["mcp__x__*", "mcp__y__*"]},
+                                 {"match": {"header": {"x-team": "none"}}, "always_load": ["mcp__z__*", "mcp__w__*"]}]}
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def ungoverned_config(workdir: Path) -> str:
+    """The addon's config without pinned definitions and screening (both on by default)."""
+    import bench_ttfb
+    import yaml
+
+    cfg = yaml.safe_load(bench_ttfb.addon_config(workdir))
+    cfg["policy"] = {"pin": "off", "screen": False}
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
 def scraped_requests(log: Path) -> float | None:
     """``tooldisco_requests_total`` summed, scraped from the URL the proxy's log names; None: not served."""
     import httpx
@@ -202,8 +231,8 @@ def scraped_requests(log: Path) -> float | None:
                if line.startswith("tooldisco_requests_total{"))
 
 
-def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turns: int, metrics: bool = False
-              ) -> tuple[dict[tuple[str, str, str], Cell], dict[str, Counter[str]],
+def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turns: int, metrics: bool = False,
+              policy: bool = False) -> tuple[dict[tuple[str, str, str], Cell], dict[str, Counter[str]],
                          dict[tuple[str, bool], list[float]], float]:
     """(cells by (api, kind, proxy), the addon's deferral modes per provider, its planning times
     (telemetry's ``processing_ms``, s) per provider and streaming, load average). ``metrics``: a
@@ -226,6 +255,11 @@ def cpu_bench(tools: int, turns: int, rounds: int, apis: list[str], session_turn
         if metrics:
             proxies["addon+metrics"] = MitmDump(tmp / "metrics", fake.url, script=ADDON_PATH, config=metrics_config,
                                                 name="addon+metrics")
+        if policy:
+            proxies["addon+policy"] = MitmDump(tmp / "policy", fake.url, script=ADDON_PATH, config=policy_config,
+                                               name="addon+policy")
+            proxies["addon-nopins"] = MitmDump(tmp / "ungoverned", fake.url, script=ADDON_PATH,
+                                             config=ungoverned_config, name="addon without pins and screening")
         try:
             for proxy in proxies.values():
                 proxy.start()
@@ -310,6 +344,7 @@ def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter
                session_turns: int) -> None:
     rows = []
     metrics_rows = []
+    policy_rows = []
     for tag in dict.fromkeys(k[0] for k in cells):
         mode = ", ".join(m for m, _ in modes.get(PROVIDER[tag], Counter()).most_common()) or "?"
         for kind in KINDS:
@@ -326,6 +361,13 @@ def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter
                          f"{(percentile(addon.latencies, 50) - percentile(plain.latencies, 50)) * 1000:+.1f} / "
                          f"{(percentile(addon.latencies, 95) - percentile(plain.latencies, 95)) * 1000:+.1f}",
                          ratio(plain.wall_total / plain.turns, addon.wall_total / addon.turns)))
+            governed, bare = cells.get((tag, kind, "addon+policy")), cells.get((tag, kind, "addon-nopins"))
+            if governed is not None and bare is not None:
+                per = {k: c.cpu_total / c.turns for k, c in (("policy", governed), ("addon", addon), ("bare", bare))}
+                policy_rows.append((tag, kind, p50_p95(bare.cpu, 1000), p50_p95(addon.cpu, 1000),
+                                    p50_p95(governed.cpu, 1000), f"{(per['addon'] - per['bare']) * 1000:+.2f}",
+                                    f"{(per['policy'] - per['addon']) * 1000:+.2f}",
+                                    ratio(per["policy"], per["addon"])))
             if (served := cells.get((tag, kind, "addon+metrics"))) is not None:
                 more = served.cpu_total / served.turns - addon.cpu_total / addon.turns
                 metrics_rows.append((tag, kind, p50_p95(addon.cpu, 1000), p50_p95(served.cpu, 1000),
@@ -344,6 +386,15 @@ def cpu_report(cells: dict[tuple[str, str, str], Cell], modes: dict[str, Counter
             "turns come one at a time); *rest*: the addon's CPU beyond plain's and the planning's median (hooks, "
             "relay, upstream client, stream codecs, loop, telemetry, log line). Acceptance: CPU ≤ 1.5 × plain's, "
             "sequential throughput ≥ 0.9 × plain's.")
+    if policy_rows:
+        section(f"CPU per turn of the policy, {tools} tools, same run",
+                ["API", "answer", "without pins, screening ms p50 / p95:", "addon (default) ms p50 / p95:",
+                 "addon + 50-glob policy ms p50 / p95:", "pins + screening ms:", "policy ms:",
+                 "policy / addon CPU:"], policy_rows,
+                "The same turns through the addon without pinned definitions and screening (`policy: {pin: off, "
+                "screen: false}`), the addon as shipped (both on) and the addon with a 50-glob policy "
+                "(`policy_config`: deny, always_load, two client entries). Compare each difference with the "
+                "blocks' p50–p95 spread: below it, it is noise.")
     if metrics_rows:
         section(f"CPU per turn with Prometheus metrics on (metrics.listen), {tools} tools, same run",
                 ["API", "answer", "addon CPU ms/turn p50 / p95:", "addon+metrics CPU ms/turn p50 / p95:",
@@ -368,6 +419,8 @@ def main() -> None:
     ap.add_argument("--cpu-apis", default=",".join(CPU_APIS), help="comma-separated, of " + ", ".join(CPU_APIS))
     ap.add_argument("--cpu-metrics", action="store_true",
                     help="CPU part: also the addon with metrics.listen set (Prometheus metrics), beside it")
+    ap.add_argument("--cpu-policy", action="store_true",
+                    help="CPU part: also the addon with a 50-glob policy, and without pins and screening, beside it")
     ap.add_argument("--only", choices=("engine", "proxy", "cpu"), help="run one part only")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -391,7 +444,7 @@ def main() -> None:
                   ratio(percentile(lat, 50), percentile(base_lat, 50))) for label, rps, lat in rows])
     if args.only in (None, "cpu"):
         cpu_report(*cpu_bench(args.cpu_tools, args.cpu_turns, args.cpu_rounds, apis, args.cpu_session_turns,
-                              args.cpu_metrics),
+                              args.cpu_metrics, args.cpu_policy),
                    args.cpu_tools, args.cpu_turns, args.cpu_rounds, args.cpu_session_turns)
 
 

@@ -335,8 +335,35 @@ def _tools_diff(ns: argparse.Namespace, store: SessionStore, entries: list[tuple
 TOOLS_ACTIONS = {"list": _tools_list, "approve": _tools_approve, "diff": _tools_diff}
 
 
+def _key_id(ns: argparse.Namespace) -> int:
+    """``tooldisco tools key-id``: the tenant id of one credential, as telemetry, ``tools list``
+    and ``policy.clients[].match.key`` name it."""
+    if ns.key_env:
+        key = os.environ.get(ns.key_env, "")
+        if not key:
+            print(f"tooldisco tools key-id: {ns.key_env} is not set", file=sys.stderr)
+            return 1
+    else:
+        if sys.stdin.isatty():
+            print("key (not echoed): ", end="", file=sys.stderr, flush=True)
+            import getpass
+            key = getpass.getpass("")
+        else:
+            key = sys.stdin.readline()
+    key = key.strip()
+    if not key:
+        print("tooldisco tools key-id: no key given (on stdin, or --key-env VAR)", file=sys.stderr)
+        return 1
+    headers = {"authorization": f"AWS4-HMAC-SHA256 Credential={key}/20260101/us-east-1/bedrock/aws4_request"} \
+        if ns.aws else {"x-api-key": key}
+    print((tenant_of(headers, "") or "")[:12])
+    return 0
+
+
 def _tools(ns: argparse.Namespace) -> int:
     """``tooldisco tools ACTION``: the pinned tool definitions in the config's session store."""
+    if ns.tools_command == "key-id":
+        return _key_id(ns)
     verb = f"tooldisco tools {ns.tools_command}"
     config = ns.config or os.environ.get("CONFIG") or str(DEFAULT_CONFIG)
     try:
@@ -610,6 +637,12 @@ def parser() -> argparse.ArgumentParser:
     tap.add_argument("--all", action="store_true", help="every pending definition (of --tenant, or every tenant)")
     tdf = actions.add_parser("diff", parents=[common], help="what changed: the pinned definition against the pending one")
     tdf.add_argument("name", metavar="NAME", help="a tool name, as listed")
+    tki = actions.add_parser("key-id", help="a credential's fingerprint: the tenant id the list shows, and what "
+                                           "policy.clients[].match.key takes (the key on stdin, never an argument)",
+                             description="Reads the API key from standard input or --key-env and prints the 12-hex "
+                                         "id the proxy knows its tenant by. The key is never printed or stored.")
+    tki.add_argument("--key-env", metavar="VAR", help="the environment variable holding the key")
+    tki.add_argument("--aws", action="store_true", help="the input is an AWS access key id (SigV4-signed Bedrock)")
     rep = sub.add_parser("report", add_help=False,
                          help="money saved and more, from telemetry files: an HTML page (the report extra) or --json")
     rep.add_argument("args", nargs=argparse.REMAINDER,

@@ -94,16 +94,19 @@ ConfigSpec = str | Callable[[Path], str] | None
 
 
 def addon_config(workdir: Path, *, telemetry: str = "tool_discovery.jsonl", sessions: Mapping[str, Any] | None = None,
-                 hosts: Sequence[str] | None = None, **tool_discovery: Any) -> str:
+                 hosts: Sequence[str] | None = None, top: Mapping[str, Any] | None = None,
+                 **tool_discovery: Any) -> str:
     """The addon's YAML with ``pipes.tool_discovery`` enabled and set from ``tool_discovery``, its
     session store and telemetry file (a name) inside ``workdir``, so a test module states only what
     it changes and every instance keeps its state to itself. ``sessions`` adds to (or replaces) the
-    store's ``dir``; ``hosts`` replaces the default processed hosts."""
+    store's ``dir``; ``hosts`` replaces the default processed hosts; ``top`` adds (or replaces)
+    top-level sections, e.g. ``{"policy": {"deny": [...]}}``."""
     doc: dict[str, Any] = {"pipes": {"tool_discovery": {"enabled": True, **tool_discovery}}}
     if hosts is not None:
         doc["hosts"] = list(hosts)
     doc["sessions"] = {"dir": str(workdir / "sessions"), **(sessions or {})}
     doc["telemetry"] = {"path": str(workdir / telemetry)}
+    doc.update(top or {})
     return yaml.safe_dump(doc, sort_keys=False)
 
 

@@ -242,3 +242,21 @@ def test_help_names_each_action(capsys):
     with pytest.raises(SystemExit):
         cli.main(["tools"])  # an action is required
 
+
+
+def test_key_id_prints_the_tenant_id_the_proxy_uses(monkeypatch, capsys):
+    """The fingerprint ``policy.clients[].match.key`` takes: the same for the key in any header form."""
+    import io
+
+    from tooldisco import cli
+    from tooldisco.core.tenants import tenant_of
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("sk-ant-secret\n"))
+    assert cli.main(["tools", "key-id"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == tenant_of({"authorization": "Bearer sk-ant-secret"}, "")[:12] and "secret" not in out
+    monkeypatch.setenv("MY_KEY", "sk-ant-secret")
+    assert cli.main(["tools", "key-id", "--key-env", "MY_KEY"]) == 0
+    assert capsys.readouterr().out.strip() == out
+    monkeypatch.delenv("MY_KEY")
+    assert cli.main(["tools", "key-id", "--key-env", "MY_KEY"]) == 1

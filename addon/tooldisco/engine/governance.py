@@ -15,9 +15,9 @@ applies within that time); the screening runs once per catalog.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,8 +34,8 @@ from tooldisco.state.base import SessionStore
 #: What the model reads when it calls a tool held for review (the client never sees it).
 HELD = ("Tool {name} is held for review: its definition {why} and waits for an administrator's approval. "
         "Do not call it again; use another tool or tell the user it is unavailable.")
+_TOKENS = itertools.count()
 RECHECK = 1.0  # seconds a tenant's verdict on a catalog with held tools is reused before the store is read again
-VERDICTS = 4096  # (tenant, catalog) verdicts kept in memory, the least recently used going past it
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,11 @@ class Review:
 
 @dataclass
 class _Verdict:
-    held: dict[str, str]  # name -> why
-    checked: float  # monotonic time of the store read
+    """One tenant's verdict on one catalog: what it holds, as of when."""
+
+    held: dict[str, str] | None = None  # name -> why; None: not checked yet
+    checked: float = 0.0  # monotonic time of the store read
+    lock: threading.Lock = field(default_factory=threading.Lock)  # one check at a time per tenant and catalog
 
 
 class Governance:
@@ -63,9 +66,10 @@ class Governance:
         self.store = store
         self.policy = ToolPolicy(config.policy)
         self._settings: dict[tuple[str, ...], ToolDiscovery] = {}
-        self._verdicts: OrderedDict[tuple[str, int], _Verdict] = OrderedDict()
-        self._lock = threading.Lock()
-        self._warned: set[tuple[str, str]] = set()  # (tool, fingerprint) screening findings logged once
+        # Catalogs are shared by the process (``core.catalog``): this proxy's verdicts on them are
+        # kept under its own token, never read by another engine (a reloaded config, a test's).
+        self._token = next(_TOKENS)
+        self._warned: set[tuple[str, int]] = set()  # (tool, its definition's hash): findings logged once
 
     @property
     def active(self) -> bool:
@@ -115,7 +119,7 @@ class Governance:
             record.tool_findings = [{"tool": name, "kind": f.kind, "where": f.where, "detail": f.detail}
                                     for name, found in flagged.items() for f in found][:50]
             for name, found in flagged.items():
-                key = (name, offered.by_name[name].raw)
+                key = (name, offered.by_name[name].fingerprint)
                 if key not in self._warned and len(self._warned) < 10_000:
                     self._warned.add(key)
                     logger.warning("tool {} reads like an attack on the model: {}", name,
@@ -126,21 +130,15 @@ class Governance:
 
     def _pinned(self, tenant: str, offered: ToolCatalog, flagged: Mapping[str, Any], record: Record) -> dict[str, str]:
         """The tools held for ``tenant`` (name -> why), checking the catalog against its pins
-        when it is new to this proxy for the tenant, or a held tool's verdict is older than ``RECHECK``."""
-        key = (tenant, id(offered))
+        when it is new to this proxy for the tenant, or a held tool's verdict is older than
+        ``RECHECK``. The verdict lives on the catalog (``ToolCatalog.derived``): it goes with it."""
+        verdict: _Verdict = offered.derived(("pins verdict", self._token, tenant), _Verdict, per_set=True)
         now = time.monotonic()
-        with self._lock:
-            verdict = self._verdicts.get(key)
-            if verdict is not None:
-                self._verdicts.move_to_end(key)
-                if not verdict.held or now - verdict.checked < RECHECK:
-                    return verdict.held
-        held = self._check(tenant, offered, flagged, record)
-        with self._lock:
-            self._verdicts[key] = _Verdict(held, now)
-            while len(self._verdicts) > VERDICTS:
-                self._verdicts.popitem(last=False)
-        return held
+        with verdict.lock:
+            if verdict.held is not None and (not verdict.held or now - verdict.checked < RECHECK):
+                return verdict.held
+            verdict.held, verdict.checked = self._check(tenant, offered, flagged, record), now
+            return verdict.held
 
     def _check(self, tenant: str, offered: ToolCatalog, flagged: Mapping[str, Any], record: Record) -> dict[str, str]:
         """One store read (and a write only when something is new, changed or newly flagged)."""

@@ -5,6 +5,7 @@ definitions (reported, held, approved, per tenant, across a restart); screening.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter
@@ -12,6 +13,7 @@ from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
 from tooldisco.config import parse
 from tooldisco.core.answers import Answer
 from tooldisco.engine.engine import Engine
+from tooldisco.engine.governance import RECHECK
 from tooldisco.policy import pins
 
 from tests.support.catalog import anthropic_tools, openai_tools
@@ -261,7 +263,7 @@ def test_hold_withholds_the_changed_tool_for_its_tenant_until_approved(make, tmp
     # Approval (what `tooldisco tools approve` does) releases it within a second.
     for key, entry in engine.store.pin_entries():
         engine.store.pin_at(key, lambda e: pins.approve(e, [ISSUE], 0.0)[0])
-    engine.governance._verdicts.clear()
+    time.sleep(RECHECK)
     freed = engine.prepare(A, headers(), body(tools=bad))
     assert freed.record.held_tools == []
 
@@ -310,5 +312,5 @@ def test_screening_hold_withholds_it_until_approved(make):
     assert prepared.record.held_tools == ["add_numbers"] and "add_numbers" not in prepared.body.decode()
     for key, _ in engine.store.pin_entries():
         engine.store.pin_at(key, lambda e: pins.approve(e, ["add_numbers"], 0.0)[0])
-    engine.governance._verdicts.clear()
+    time.sleep(RECHECK)
     assert engine.prepare(A, headers(), body(tools=TOOLS[:10] + [POISON])).record.held_tools == []
