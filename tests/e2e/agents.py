@@ -76,10 +76,17 @@ def npm_available() -> bool:
 
 def install_agents() -> AgentBinaries:
     """Run ``scripts/install_agents`` (idempotent) and return where the binaries are."""
+    import fcntl
+
     env = {**os.environ, "AGENTS_DIR": str(AGENTS_DIR)}
-    out = subprocess.run(
-        ["bash", str(INSTALL_SCRIPT)], env=env, capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False
-    )
+    AGENTS_DIR.mkdir(parents=True, exist_ok=True)
+    # Test workers (pytest-xdist) install at once: one installs, the others wait and find it done.
+    with open(AGENTS_DIR / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = subprocess.run(
+            ["bash", str(INSTALL_SCRIPT)], env=env, capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
+            check=False,
+        )
     if out.returncode != 0:
         raise RuntimeError(f"scripts/install_agents failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     paths = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
