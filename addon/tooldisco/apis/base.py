@@ -54,7 +54,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Iterable, Protocol, Sequence
+from typing import Any, Callable, Collection, Iterable, Protocol, Sequence, cast
 
 from tooldisco.core.types import RequestView, Target, TokenUsage, Tool, ToolCall, ToolResult
 
@@ -88,19 +88,19 @@ class Failure:
         data = self._json()
         if isinstance(data, list) and data and isinstance(data[0], dict):  # Gemini wraps errors in a list
             data = data[0]
-        if isinstance(data, dict) and isinstance(data.get("error"), dict):
-            return data["error"]
+        if isinstance(data, dict) and isinstance(error := data.get("error"), dict):
+            return cast(dict[str, Any], error)
         return None
 
     def text(self) -> str:
         """A human-readable message: the upstream's own (``{"error": {"message"}}``, or Bedrock's
         ``{"message"}``), else ours, else the status."""
         error = self.upstream_error()
-        if error and isinstance(error.get("message"), str):
-            return error["message"]
+        if error and isinstance(message := error.get("message"), str):
+            return message
         body = self._json()
-        if isinstance(body, dict) and isinstance(body.get("message"), str):
-            return body["message"]
+        if isinstance(body, dict) and isinstance(message := body.get("message"), str):
+            return message
         return self.message or f"upstream answered HTTP {self.status}"
 
 
@@ -153,7 +153,7 @@ class Stitcher(ABC):
     def shown(self) -> StreamDecoder | None:
         """The client's stream as its SDK assembles it, when the stitcher assembles it itself from
         the events it emits (no second parse of its own output); None: the runner decodes it."""
-        return self._client
+        return cast(StreamDecoder | None, self._client)
 
     def _show(self, name: str | None, data: Any) -> None:
         """One event the client gets (its parsed payload), into the client's assembled message."""

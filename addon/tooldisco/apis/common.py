@@ -6,7 +6,7 @@ import json
 import re
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Iterable, Sequence
+from typing import Any, Callable, Collection, Iterable, Sequence, cast
 
 from tooldisco.core import jsonspan
 from tooldisco.core.bytecache import MiB, memoize
@@ -84,7 +84,7 @@ class History:
         if catalog is not None and catalog.error is not None:
             raise Unsupported(catalog.error)
         return RequestView(
-            tools=catalog.tools if catalog is not None else tuple(tools),
+            tools=catalog.tools if catalog is not None else tuple(cast(Sequence[Tool], tools)),
             catalog=catalog,
             query=self.query,
             first_user=self.first,
@@ -343,7 +343,7 @@ def _nested(body: str, start: int, inner: tuple[str, ...]
     if text[at[0]] != "[":
         return None
     spans = [(start + a, start + b) for a, b in jsonspan.elements(text, at)]
-    holder = member
+    holder: Any = member
     for step in inner[:-1]:
         holder = holder[step]
     values = holder.pop(inner[-1])

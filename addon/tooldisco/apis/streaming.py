@@ -13,10 +13,12 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from tooldisco.core.jsonspan import dumps  # noqa: F401  the one JSON writer; the stream encoders and stitchers take it from here
+from tooldisco.core.jsonspan import dumps as dumps  # the one JSON writer; the stream encoders and stitchers take it from here
 from tooldisco.apis.framing.sse import SSEDecoder
+
+_J = TypeVar("_J")
 
 
 @dataclass(frozen=True)
@@ -80,16 +82,17 @@ def _within_depth(text: str, value: Any) -> bool:
 _IMMUTABLE = (str, int, float, bool, type(None))
 
 
-def copy_json(value: Any) -> Any:
+def copy_json(value: _J) -> _J:
     """A deep copy of a JSON value (what ``json.loads`` makes): objects and arrays are copied,
     the rest is immutable and shared. Why not ``copy.deepcopy``: a stream's values are trees
     without shared parts or cycles, and deepcopy's memo and dispatch cost several times this
     walk on every event. Anything else found inside is deep-copied as before."""
     kind = type(value)
+    data: Any = value
     if kind is dict:
-        return {k: copy_json(v) for k, v in value.items()}
+        return cast(_J, {k: copy_json(v) for k, v in data.items()})
     if kind is list:
-        return [copy_json(v) for v in value]
+        return cast(_J, [copy_json(v) for v in data])
     if kind in _IMMUTABLE:
         return value
     return copy.deepcopy(value)

@@ -30,7 +30,8 @@ class Answer:
     async def read(self, limit: int = MAX_BUFFERED_BYTES) -> bytes:
         """The whole body (at most ``limit`` bytes; the rest is dropped), then the answer is closed.
         ``UpstreamFailed`` when the body broke off."""
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         try:
             async for chunk in self.chunks:
                 size += len(chunk)
@@ -47,7 +48,8 @@ class Answer:
         as it comes, never held whole). A whole body closes the answer at once.
         ``UpstreamFailed`` (the answer closed) when the body broke off."""
         it = self.chunks.__aiter__()
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         try:
             while size < limit:
                 try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import IO, Any, cast
 
 import brotli
 import zstandard
@@ -188,7 +188,7 @@ def _zstd(chunks: Iterable[bytes]) -> Iterator[bytes]:
     incomplete, which its parser sees."""
     d = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
     try:
-        with d.stream_reader(_Reader(chunks), read_size=CHUNK, read_across_frames=True) as reader:
+        with d.stream_reader(cast(IO[bytes], _Reader(chunks)), read_size=CHUNK, read_across_frames=True) as reader:
             while out := reader.read(CHUNK):
                 yield out
     except zstandard.ZstdError as e:

@@ -13,7 +13,7 @@ import json
 import re
 import threading
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence, cast
 
 _DECODER = json.JSONDecoder()
 _WS = " \t\r\n"
@@ -61,7 +61,7 @@ def recalled(text: str, key: object) -> object | None:
     """What ``remember`` kept under ``key`` for ``text`` in this ``reusing`` block, or None."""
     if getattr(_memo, "text", None) is not text:
         return None
-    return _memo.found.get(key)
+    return cast(object | None, _memo.found.get(key))
 
 
 def known_member(text: str, key: str, span: Span) -> None:
@@ -77,7 +77,7 @@ def members(text: str, span: Span) -> list[tuple[str, Span]]:
     found = _memo.found.get(span)
     if found is None:
         found = _memo.found[span] = _members(text, span)
-    return found
+    return cast(list[tuple[str, Span]], found)
 
 
 def _members(text: str, span: Span) -> list[tuple[str, Span]]:
@@ -111,7 +111,7 @@ def elements(text: str, span: Span) -> list[Span]:
 
 def decode_value(text: str, start: int) -> tuple[object, int]:
     """The value at ``start`` and where it ends."""
-    return _DECODER.raw_decode(text, start)  # type: ignore[no-any-return]
+    return _DECODER.raw_decode(text, start)
 
 
 def decode_array(text: str, start: int) -> tuple[list[object], list[Span], int]:
@@ -255,7 +255,7 @@ def _root_member(text: str, obj: Span, key: str, known: Mapping[int, int] | None
     (a member found so has no element spans)."""
     memo = _memo.found if getattr(_memo, "text", None) is text else None
     if memo is not None and (key, None) in memo:
-        return memo[(key, None)]
+        return cast(tuple[Span | None, list[Span] | None], memo[(key, None)])
     found = _from_the_end(text, obj, key, known or {})
     if memo is not None:
         memo[(key, None)] = found

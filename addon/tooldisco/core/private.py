@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import diskcache
 from diskcache.core import DBNAME, ENOVAL
@@ -31,7 +31,7 @@ def private_dir(path: Path) -> None:
         p.mkdir(mode=0o700, exist_ok=True)
 
 
-class _BoundedCache(diskcache.Cache):
+class _BoundedCache(diskcache.Cache):  # type: ignore[misc]  # diskcache ships no types
     """diskcache whose every wait for SQLite's lock ends at the connection's ``timeout``.
 
     diskcache retries statements outside a transaction (its setup, the pragmas each new
@@ -40,7 +40,7 @@ class _BoundedCache(diskcache.Cache):
 
     @property
     def _sql_retry(self) -> Callable[..., Any]:
-        return self._sql
+        return cast(Callable[..., Any], self._sql)
 
     def reset(self, key: str, value: Any = ENOVAL, update: bool = True) -> Any:
         if value is ENOVAL or not key.startswith("sqlite_"):

@@ -16,6 +16,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 from loguru import logger
 
@@ -84,8 +86,8 @@ class Learner:
         for tenant, lesson in pending.items():
             try:
                 now = self._clock()
-                entry = self._store.learn(tenant, lambda data, lesson=lesson, now=now: merge(
-                    data, lesson, now, cfg.half_life_days * DAY, cfg.max_bytes))
+                entry = self._store.learn(tenant, partial(_merged, lesson=lesson, now=now,
+                                                          half_life=cfg.half_life_days * DAY, most=cfg.max_bytes))
                 if entry is not None:
                     self._keep(tenant, Priors(Knowledge.decode(entry)), time.monotonic())
             except Exception as e:  # one tenant's failure must not stop the others' lessons
@@ -131,3 +133,8 @@ class Learner:
             if self._closed:
                 return
             self.flush()
+
+
+def _merged(data: Any, lesson: Any, now: float, half_life: float, most: int) -> Any:
+    """``merge`` as the store's change function (one lesson, its time, the settings)."""
+    return merge(data, lesson, now, half_life, most)

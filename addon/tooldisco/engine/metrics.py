@@ -158,7 +158,7 @@ def _last_status(record: Record) -> int:
         return 0
 
 
-def forwarded_tools(record: Record) -> int:
+def forwarded_tools(record: Record) -> float:
     """Client tool definitions that went upstream in the first round: all of them when nothing
     was deferred or under native deferral (deferred ones go marked, out of the prompt), else
     those kept (and found earlier) beside the search tool."""

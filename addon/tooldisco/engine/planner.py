@@ -32,7 +32,7 @@ from tooldisco.engine.telemetry import Record, TelemetrySink
 from tooldisco.core.tokens import estimate_tokens
 from tooldisco.core.tenants import tenant_of
 
-Ranker = Callable[..., object] | None
+Ranker = relevance.Ranker | None
 T = TypeVar("T")
 
 

@@ -72,7 +72,8 @@ class LoopRunner:
 
     async def step(self, message: dict[str, Any]) -> Send | Finish:
         """One round's message in; the next body to send, or the end."""
-        action = self.loop.receive(message) if self._started else self.loop.start(self.ctx.body, message)
+        action: Search | Send | Finish = (self.loop.receive(message) if self._started
+                                          else self.loop.start(self.ctx.body, message))
         self._started, self._last = True, message
         while isinstance(action, Search):
             found = [await self.searches.answer(self.ctx, call) for call in action.calls]
@@ -223,6 +224,8 @@ class LoopRunner:
         """What this turn teaches the tenant's search: its ranked searches, best first, and the
         tools the model went on to call (as the client got the calls: call-through's by name)."""
         ctx = self.ctx
+        if self.learner is None:
+            return
         try:
             searches = [(r.query, r.matched) for r in ctx.record.searches if r.error is None]
             self.learner.observe(ctx.tenant, priors.lesson(searches, ctx.record.called, ctx.offered))

@@ -174,7 +174,8 @@ class TelemetrySink:
                     if records:
                         fd = self._write(fd, "".join(map(encode, records)).encode("ascii"))
                 except Exception as e:  # a full disk or a removed directory must not kill the writer
-                    fd = _closed(fd)
+                    _closed(fd)
+                    fd = None
                     for _ in records:
                         self._drop(f"cannot write to {self._path}: {type(e).__name__}: {e}")
                 finally:
@@ -195,7 +196,8 @@ class TelemetrySink:
             except OSError:
                 same = False
             if not same:
-                fd = _closed(fd)
+                _closed(fd)
+                fd = None
         if fd is None:
             fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         view = memoryview(data)
@@ -225,9 +227,9 @@ def _plain(value: Any) -> Any:
 
 
 def _closed(fd: int | None) -> None:
+    """Close ``fd`` if open, quietly."""
     if fd is not None:
         try:
             os.close(fd)
         except OSError:
             pass
-    return None

@@ -49,10 +49,30 @@ F_co = TypeVar("F_co", covariant=True)
 class DeferralMode(Protocol[F_co]):
     """What the loop, the runner, the searches and the stitchers ask of a flow's flavour."""
 
-    name: str  # the telemetry's ``deferral``: "classic", "native", "call-through"; "" without a loop
-    search: str  # the search tool's name as the model calls it; "" without a loop
-    refusal_key: str  # what the session remembers a refusal by (the model, or the API)
-    withheld: Mapping[str, str]  # the client's tools kept from this request, with the error the model reads
+    @property
+    def name(self) -> str:
+        """The telemetry's ``deferral``: "classic", "native", "call-through"; "" without a loop."""
+        ...
+
+    @property
+    def search(self) -> str:
+        """The search tool's name as the model calls it; "" without a loop."""
+        ...
+
+    @property
+    def refusal_key(self) -> str:
+        """What the session remembers a refusal by (the model, or the API)."""
+        ...
+
+    @property
+    def withheld(self) -> Mapping[str, str]:
+        """The client's tools kept from this request, with the error the model reads."""
+        ...
+
+    @property
+    def adapter(self) -> Adapter:
+        """The wire API the flow speaks."""
+        ...
 
     @property
     def fallback(self) -> Callable[[], F_co] | None:
@@ -198,8 +218,8 @@ class NoLoopMode(ClassicMode[F]):
     name: str = ""
 
     @classmethod
-    def build(cls, *, adapter: Adapter, kept: Sequence[Tool], text: str, deferred: Sequence[Tool] = (),
-              withheld: Mapping[str, str] = NOTHING, **_: Any) -> Built[F]:  # type: ignore[override]
+    def build(cls, *, adapter: Adapter, kept: Sequence[Tool], text: str,  # type: ignore[override]
+              deferred: Sequence[Tool] = (), withheld: Mapping[str, str] = NOTHING, **_: Any) -> Built[F]:
         """``kept`` forwarded as they are, in the client's order; nothing is searchable."""
         return Built(adapter.with_tools(text, [t.raw for t in kept]), NoLoopMode(adapter, withheld=withheld),
                      {}, [t.name for t in kept], tuple(kept), tuple(deferred))

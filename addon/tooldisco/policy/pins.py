@@ -335,7 +335,7 @@ def _unchanged(held: Any, tools: Sequence[Tool], stale: float) -> bool:
         if type(rec) is not dict or rec.get("fp") != _prints(tool)[0]:
             return False
         seen = rec.get("seen")
-        if type(seen) not in (int, float) or not seen > stale:
+        if not isinstance(seen, (int, float)) or isinstance(seen, bool) or not seen > stale:
             return False
     return True
 

@@ -94,8 +94,8 @@ def rewrite_named(error: bytes, original: str | bytes, sent: str | bytes, names:
         return None
     if (field := _TOOL_FIELDS.search(text)) is not None:
         return field.group()
-    if changed and (key := _field_named(text, changed)) is not None:
-        return key
+    if changed:
+        return _field_named(text, changed)
     return None
 
 

@@ -715,8 +715,8 @@ _GATE_WORDS = _GATE_WORDS.union(word for pair in _PAIRS for word in pair[1:])
 # looked at further.
 _BY_FIRST: dict[bytes, list[int]] = {}
 for _index, _r in enumerate(_RULES):
-    for _key in _r.gate[0]:
-        _BY_FIRST.setdefault(_key, []).append(_index)
+    for _first in _r.gate[0]:
+        _BY_FIRST.setdefault(_first, []).append(_index)
 _LETTERS = bytes(c if 97 <= c <= 122 else 32 for c in range(256))  # lowercase ASCII letters; the rest: space
 
 

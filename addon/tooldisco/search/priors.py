@@ -26,7 +26,7 @@ import hashlib
 import heapq
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,7 +99,7 @@ class Lesson:
 
 
 def lesson(searches: Sequence[tuple[str | None, Sequence[str]]], called: Iterable[str],
-           catalog: dict[str, Tool]) -> Lesson:
+           catalog: Mapping[str, Tool]) -> Lesson:
     """What a turn teaches: ``searches`` are (query, names returned, best first) in order,
     ``called`` the tools the model went on to call.
 

@@ -366,7 +366,7 @@ class DiskSessionStore:
             return None
         return st.st_dev, st.st_ino
 
-    def _move_aside(self, error: Exception) -> None:
+    def _move_aside(self, error: BaseException) -> None:
         """``cache.db`` (and its ``-wal``/``-shm``) renamed with a timestamp suffix, for whoever
         wants to look at it; never deleted."""
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

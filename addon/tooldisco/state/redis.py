@@ -27,7 +27,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 from loguru import logger
@@ -228,18 +228,18 @@ class RedisSessionStore:
             with self._redis.pipeline() as pipe:
                 try:
                     pipe.watch(skey)
-                    value, result = step(_decode(pipe.get(skey)))
+                    value, result = step(_decode(cast(bytes | None, pipe.get(skey))))
                     pipe.multi()
                     if value is _SAME:
                         pipe.pexpire(skey, ttl_ms)
                     else:
                         pipe.set(skey, _encode(value), px=ttl_ms)
                     pipe.execute()
-                    return result
+                    return cast(T, result)
                 except redis.WatchError:
                     time.sleep(random.uniform(0, min(_BACKOFF_S[0] * 2 ** attempt, _BACKOFF_S[1])))
         logger.warning("session store: an update lost the race {} times in a row; dropped", tries)
-        return result
+        return cast(T, result)
 
     def link(self, tenant: str, response_id: str, session: str, pending: list[str], head: str | None = None) -> None:
         """Remember which session a stored response belongs to (see ``SessionStore.link``)."""

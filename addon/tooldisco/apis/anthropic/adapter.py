@@ -57,8 +57,8 @@ def _session_hint(data: dict[str, Any]) -> str | None:
         parsed = json.loads(user_id)
     except (ValueError, RecursionError):
         parsed = None
-    if isinstance(parsed, dict) and isinstance(parsed.get("session_id"), str):
-        return parsed["session_id"]
+    if isinstance(parsed, dict) and isinstance(session := parsed.get("session_id"), str):
+        return session
     marker = "_session_"  # older Claude Code: user_<hash>_account_<id>_session_<uuid>
     return user_id.split(marker, 1)[1] if marker in user_id else None
 

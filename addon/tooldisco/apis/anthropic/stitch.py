@@ -33,7 +33,7 @@ Nothing is closed before it: the API itself ends a broken stream with a bare ``e
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.common import sum_usage
@@ -99,7 +99,7 @@ class AnthropicEventStitcher(Stitcher):
 
     def _flush(self) -> list[Event]:
         """The end of the round's body: the events it completes (an unterminated last one)."""
-        return self._decoder.feed(b"")
+        return cast(list[Event], self._decoder.feed(b""))
 
     def feed(self, data: bytes) -> bytes:
         return self._take() + self._relay(self._decoder.feed(data))
@@ -201,8 +201,8 @@ class AnthropicEventStitcher(Stitcher):
         shown: list[tuple[int, Any]] = []
         for index, block in enumerate(blocks):
             self._open({"index": index, "content_block": block})
-            if self._indexes.get(index) is not None:
-                shown.append((self._indexes[index], block))
+            if (client := self._indexes.get(index)) is not None:
+                shown.append((client, block))
         if self.rounds == 1 or again:
             if len(shown) < len(blocks):
                 data = {**data, "message": {**message, "content": [block for _, block in shown]}}

@@ -131,7 +131,8 @@ def _unseen(calls: Sequence[tuple[int, dict[str, Any]]], hidden: Sequence[dict[s
     """Which of a step's calls (part index, call) the client never saw: those ``hidden`` answers,
     by name, the first ones that leave enough calls for the ``shown`` ones the client has."""
     names = Counter(str(_field(p, "functionResponse", "function_response").get("name")) for p in hidden)
-    out, left = set(), len(calls)
+    out: set[int] = set()
+    left = len(calls)
     for i, call in calls:
         left -= 1
         name = str(call.get("name"))

@@ -40,7 +40,7 @@ for the HTTP status.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 from tooldisco.apis.gemini.messages import STAND_IN_SIGNATURE, call_of, merge
 from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, as_list, dumps
@@ -282,7 +282,7 @@ class GeminiStitcher(Stitcher):
             kept.append(part)
         if len(kept) == len(parts) and all(k is p for k, p in zip(kept, parts)):
             return candidate
-        return {**candidate, "content": {**content, "parts": kept}}
+        return {**candidate, "content": {**cast(dict[str, Any], content), "parts": kept}}
 
     def _real(self, call: dict[str, Any], rank: int) -> dict[str, Any] | None:
         """A call as the client gets it: a dispatcher call as the real call it stands for

@@ -40,7 +40,7 @@ event goes out at once as it came, followed by our ``[DONE]``, and ends the clie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tooldisco.core.types import ToolCall
 from tooldisco.apis.common import openai_error_object, parse_arguments, sum_usage
@@ -311,7 +311,7 @@ class ChatStitcher(Stitcher):
         """The round's completion as the decoder assembles it (None before it started or
         after an error event)."""
         try:
-            return self._decoder.message()
+            return cast(dict[str, Any], self._decoder.message())
         except (IncompleteStream, StreamError):
             return None
 

@@ -50,7 +50,7 @@ import json
 import secrets
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from tooldisco.core import jsonspan
 from tooldisco.apis.openai_responses.messages import echoed_fields, merge, phantom_call, strip
@@ -351,7 +351,7 @@ class ResponsesStitcher(Stitcher):
         """The current round's response as the decoder assembles it (None before it started or
         after an error event)."""
         try:
-            return self._decoder.message()
+            return cast(dict[str, Any], self._decoder.message())
         except (IncompleteStream, StreamError):
             return None
 
@@ -364,7 +364,7 @@ class ResponsesStitcher(Stitcher):
         response = self._visible(message) or {}
         if self._id is not None:
             response["id"] = self._id
-        return self._echoed(response)
+        return cast(dict[str, Any], self._echoed(response))
 
     def _echoed(self, response: Any) -> Any:
         """A response object with the client's own ``tools`` / ``tool_choice`` where it echoes
