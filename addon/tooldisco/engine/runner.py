@@ -28,13 +28,12 @@ from tooldisco.engine.executor import run_store
 from tooldisco.engine.learning import Learner
 from tooldisco.engine.loop import Finish, PhantomLoop, Search, Send, has_content
 from tooldisco.engine.planner import FlowContext
-from tooldisco.apis.base import Adapter, StreamDecoder
+from tooldisco.apis.base import Adapter, Failure, StreamDecoder
 from tooldisco.core.types import ToolResult
 from tooldisco.engine.searches import SearchService
 from tooldisco.search import priors
 from tooldisco.state.base import SessionState, SessionStore
 from tooldisco.policy import native
-from tooldisco.apis.base import Failure
 from tooldisco.engine.telemetry import TelemetrySink
 from tooldisco.engine.accounting import Accounting, Tally
 from tooldisco.apis.usage_scan import UsageScan

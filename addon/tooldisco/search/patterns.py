@@ -38,7 +38,7 @@ MAX_EXPANDED = 2000
 MAX_GROUP_DEPTH = 10
 MAX_NESTED_QUANTIFIERS = 2
 # Above what the dearest item (``\R``) keeps per expanded character under tracemalloc:
-# tests/unit/test_search_hardening.py checks the estimate bounds what compiling holds.
+# tests/unit/search/test_hardening.py checks the estimate bounds what compiling holds.
 BYTES_PER_EXPANDED_CHAR = 512
 COMPILED_BASE_BYTES = 8 * 1024
 CACHE_BYTES = 4 * MiB
