@@ -171,8 +171,10 @@ class Planner:
         forwarded = text
         if session.persist and td.strategy.defers:  # the strategies that stitch
             # The upstream goes on from what it really produced, not from the message stitched for the client.
-            forwarded, record.restored = rounds.restore(
-                adapter, text, lambda digest: self.store.rounds(session.tenant, session.key, digest))
+            lookup = partial(self.store.rounds, session.tenant, session.key)
+            if review.withheld:  # rounds that loaded a tool withheld now stay as the client saw them
+                lookup = partial(_unless_naming, lookup, tuple(f'"{n}"' for n in review.withheld))
+            forwarded, record.restored = rounds.restore(adapter, text, lookup)
         if session.head:  # the client chains from the id it was shown; the server from the last round
             forwarded = adapter.chain_from(forwarded, session.head)
         if session.pending:  # results a stored chain still awaits from a mixed turn the client saw
@@ -390,6 +392,24 @@ class Planner:
         record.kept_tools = len(kept)
         record.deferred_tools = len(deferred)
         record.tool_tokens_after = record.tool_tokens_wire = sum(estimate_tokens(t.raw) for t in kept) + extra
+
+
+#: What a round that loads tools natively carries: Anthropic's (and Bedrock's) ``tool_reference``
+#: blocks, a Responses ``tool_search_output`` with the definitions.
+_LOADS = ("tool_reference", "tool_search_output")
+
+
+def _unless_naming(lookup: Callable[[str], list[str] | None], quoted: tuple[str, ...], digest: str
+                   ) -> list[str] | None:
+    """``lookup``'s rounds, unless one loads a tool the policy withholds now (a native reference to
+    it, a search output carrying its definition: a tool held after a search found it): restored,
+    they would put back upstream what the policy keeps out, and reference a tool no longer in
+    ``tools[]``. Rounds that only call one (answered with the policy's error) are restored."""
+    found = lookup(digest)
+    if found is not None and any(any(m in entry for m in _LOADS) and any(q in entry for q in quoted)
+                                 for entry in found):
+        return None
+    return found
 
 
 def _withhold(adapter: Adapter, view: RequestView, text: str, withheld: Mapping[str, str]) -> tuple[RequestView, str]:
