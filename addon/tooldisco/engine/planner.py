@@ -73,6 +73,11 @@ class FlowContext:
         the dispatcher, the deferred ones. Run when an error arrives, never on the way out; a
         fault of its own reads as the rewrite's (the client's own request is sent, as before)."""
         names = [self.mode.search, self.mode.dispatcher or "", *self.catalog]
+        text = error[:rejection.MAX_ERROR_CHARS].decode("utf-8", "replace")
+        if any(f"{name}" in text for name in self.mode.withheld):
+            # About a tool the policy withholds (a tool_choice forcing it): the request as the policy
+            # lets it go (``original``) gets the same answer, so it is not sent again.
+            return None
         try:
             return rejection.rewrite_named(error, self.original, self.body if sent is None else sent, names)
         except Exception as e:
