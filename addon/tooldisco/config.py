@@ -361,6 +361,14 @@ class PolicySettings:
     screen: bool = True  # screen each catalog's definitions once for hidden text and attacks on the model
     on_screen: str = "warn"  # hold: a flagged definition is withheld until approved
     approve: tuple[str, ...] = ()  # approvals in the config: NAME@FINGERPRINT (12 hex from ``tooldisco tools list``)
+    # A request the proxy cannot apply a deny to (a body it cannot read or sign again, planning
+    # overloaded): open: it goes as sent, with a warning; closed: refused (403) in the API's format.
+    fail: str = "open"
+
+    @property
+    def denies(self) -> bool:
+        """Whether any rule (the defaults or a client's) denies tools."""
+        return bool(self.deny) or any(c.deny for c in self.clients)
 
     @property
     def rules(self) -> bool:
@@ -800,7 +808,7 @@ def _policy(s: _Section) -> PolicySettings:
         deny=deny, always_load=always, max_loaded=most, clients=tuple(clients),
         pin=s.string("pin", d.pin, PIN_MODES), on_change=s.string("on_change", d.on_change, HOLD_MODES),
         screen=s.boolean("screen", d.screen), on_screen=s.string("on_screen", d.on_screen, HOLD_MODES),
-        approve=approve,
+        approve=approve, fail=s.string("fail", d.fail, ("open", "closed")),
     )
     s.done()
     return policy

@@ -129,6 +129,7 @@ CONFIGS = {
     "always": partial(config("tool-search"), defer={"upfront": 0}, top={"policy": ALWAYS}),
     "hold": partial(config("tool-search"), always_keep=["read_file", "add_numbers"], top={"policy": HOLD}),
     "capped": partial(config("tool-search"), top={"policy": DENY, "max_body_bytes": 64 * 1024}),  # the least allowed
+    "closed": partial(config("tool-search"), top={"policy": {**DENY, "fail": "closed"}, "max_body_bytes": 64 * 1024}),
 }
 
 
@@ -153,6 +154,7 @@ _passthrough_proxy = _proxy_fixture("passthrough")
 _always_proxy = _proxy_fixture("always")
 _hold_proxy = _proxy_fixture("hold")
 _capped_proxy = _proxy_fixture("capped")
+_closed_proxy = _proxy_fixture("closed")
 
 
 @pytest.fixture(scope="module")
@@ -790,45 +792,58 @@ def test_a_client_forcing_a_denied_tool_never_gets_it_forwarded(proxy_of: Callab
 
 
 # =================================================================================================
-# 2c. where the proxy fails open: a request it does not process keeps its denied tools
+# 2c. a request the deny cannot be applied to: open (as sent, said) or closed (refused)
 # =================================================================================================
 
-FAIL_OPEN_LEAK = (
-    "the policy is applied in Planner.prepare, so a request the proxy forwards unprocessed keeps its denied "
-    "tools: glue/rewrite.py Rewriter._rewrite returns before planning when a Bedrock body cannot be signed again "
-    "(sigv4.Status.CANNOT, 'tool discovery skipped: no AWS credentials ...') and when the body is over "
-    "max_body_bytes (messages.decoded); engine/engine.py Engine.plan does the same when planning is Overloaded. "
-    "A deny (or a hold) must not fail open: refuse the request, or say the policy needs them")
 
-
-@pytest.mark.xfail(strict=True, reason=FAIL_OPEN_LEAK)
 @pytest.mark.parametrize("api", ["bedrock-converse", "bedrock-invoke"])
-def test_a_bedrock_body_the_proxy_cannot_sign_again_never_carries_a_denied_tool(
+def test_a_bedrock_body_the_proxy_cannot_sign_again_goes_as_sent_and_says_so(
         _uncredentialed_proxy: MitmDump, fk: FakeProvider, api: str) -> None:
+    """``policy.fail: open`` (the default): the agent's traffic goes through as it came, and the
+    log says the policy was not applied to it, and why."""
     fk.set_script([reply("Done.")])
-    try:
-        ask(_uncredentialed_proxy, api, MODEL_ID, False, fresh("What's the weather?"))
-    except Exception:  # noqa: BLE001 (refusing the request is one way not to forward the denied tools)
-        pass
-    assert "no AWS credentials" in _uncredentialed_proxy.log_text()  # the case this test is about
-    for rec in fk.api_requests(api):
-        assert not DENIED_NAMES & set(tool_names(rec)), sorted(DENIED_NAMES & set(tool_names(rec)))
+    since = _uncredentialed_proxy.log_offset()
+    ask(_uncredentialed_proxy, api, MODEL_ID, False, fresh("What's the weather?"))
+    log = _uncredentialed_proxy.log_text(since)
+    assert "no AWS credentials" in log and "tool policy not applied" in log and "signed again" in log, log[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason=FAIL_OPEN_LEAK)
-def test_a_body_over_max_body_bytes_never_carries_a_denied_tool(proxy_of: Callable[[str], MitmDump],
-                                                                fk: FakeProvider) -> None:
+def _long_request(proxy: MitmDump) -> httpx.Response:
+    long = fresh("Summarize this log: " + "the service restarted again. " * 3000)  # ~85 KB: over the 64 KiB cap
+    body = {"model": "claude-x", "max_tokens": 64, "tools": a_tools(), "messages": [{"role": "user", "content": long}]}
+    with proxy.httpx_client() as http:
+        return http.post("https://api.anthropic.com/v1/messages", json=body,
+                         headers={"x-api-key": new_key(), "anthropic-version": "2023-06-01"})
+
+
+def test_a_body_over_max_body_bytes_goes_as_sent_and_says_so(proxy_of: Callable[[str], MitmDump],
+                                                             fk: FakeProvider) -> None:
     proxy = proxy_of("capped")
     fk.set_script([reply("Done.")])
-    long = fresh("Summarize this log: " + "the service restarted again. " * 3000)  # ~85 KB: over the 64 KiB cap
     since = proxy.log_offset()
-    try:
-        ask(proxy, "anthropic", "claude-x", False, long)
-    except Exception:  # noqa: BLE001 (refusing the request is one way not to forward the denied tools)
-        pass
-    assert "cannot decode the request body" in proxy.log_text(since)  # the case this test is about
-    for rec in fk.api_requests("anthropic"):
-        assert not DENIED_NAMES & set(tool_names(rec)), sorted(DENIED_NAMES & set(tool_names(rec)))
+    r = _long_request(proxy)
+    assert r.status_code == 200 and len(fk.api_requests("anthropic")) == 1
+    log = proxy.log_text(since)
+    assert "cannot decode the request body" in log and "tool policy not applied" in log, log[-2000:]
+
+
+def test_policy_fail_closed_refuses_what_it_cannot_apply_the_deny_to(proxy_of: Callable[[str], MitmDump],
+                                                                     fk: FakeProvider) -> None:
+    """``policy.fail: closed``: the request is answered 403 in the API's own error format (the
+    SDK raises its permission error) and never reaches the upstream."""
+    proxy = proxy_of("closed")
+    fk.set_script([reply("Done.")])
+    r = _long_request(proxy)
+    assert r.status_code == 403 and not fk.api_requests("anthropic")
+    error = r.json()
+    assert error["type"] == "error" and "tool policy could not be applied" in error["error"]["message"]
+    tee = Tee(proxy, httpx2)
+    client = anthropic.Anthropic(api_key=new_key(), base_url="https://api.anthropic.com", max_retries=0, timeout=60.0,
+                                 http_client=anthropic.DefaultHttpxClient(transport=tee.transport, trust_env=False))
+    with client, pytest.raises(anthropic.PermissionDeniedError):
+        client.messages.create(model="claude-x", max_tokens=64, tools=a_tools(),  # type: ignore[arg-type]
+                               messages=[{"role": "user", "content": "hi " * 30000}])
+    assert not fk.api_requests("anthropic")
 
 
 # =================================================================================================
