@@ -28,7 +28,7 @@ for _path in (ROOT, ROOT / "addon"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from tooldisco.core.stats import percentile
+from tooldisco.core.stats import percentile  # noqa: E402 (after the path is set)
 
 if TYPE_CHECKING:
     from tests.e2e.harness import MitmDump

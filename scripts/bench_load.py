@@ -423,7 +423,8 @@ def report(results: list[Target], sessions: int, turns: int, pace: tuple[float, 
             passed &= p95_ratio <= P95_RATIO or not timing
             line += f", p95 {p95_ratio:.2f} x plain mitmdump's (<= {P95_RATIO}{'' if timing else ', not enforced'})"
         if streaming is not None and r.name not in PLAIN:
-            line += f" ({latency_ms(o.latencies, 95) / max(latency_ms(streaming.outcome.latencies, 95), 1e-9):.2f} x streaming mitmdump's)"
+            share = latency_ms(o.latencies, 95) / max(latency_ms(streaming.outcome.latencies, 95), 1e-9)
+            line += f" ({share:.2f} x streaming mitmdump's)"
         print(f"{line}: {'PASS' if passed else 'FAIL'}")
         ok &= passed
         for what in (o.errors, o.lost, o.crossed):

@@ -106,7 +106,8 @@ def bfcl_tool(definition: dict[str, Any]) -> dict[str, Any]:
 def bfcl_multi_turn(path: Path) -> tuple[list[dict[str, Any]], list[tuple[str, str]], list[str]]:
     """(tools, (tool, phrasing) pairs, source files) of BFCL's multi-turn categories."""
     zf = zipfile.ZipFile(path)
-    rows = lambda name: [json.loads(line) for line in zf.read(name).decode().splitlines() if line.strip()]
+    def rows(name: str) -> list:
+        return [json.loads(line) for line in zf.read(name).decode().splitlines() if line.strip()]
     tools: dict[str, dict[str, Any]] = {}
     docs = sorted(n for n in zf.namelist() if n.startswith(BFCL_DOCS) and n.endswith(".json")
                   and not any(x in n for x in BFCL_NOT_APIS))

@@ -57,7 +57,8 @@ class SpiedMitmDump(MitmDump):
 
     def command(self, port: int = 0) -> list[str]:
         return [str(PY_SPY), "record", "--format", "raw", "--output", str(self.output), "--rate", str(self.rate),
-                *(["--native"] if self.native else ["--nonblocking"]), "--threads", *(["--gil"] if self.gil else []), "--", *super().command(port)]
+                *(["--native"] if self.native else ["--nonblocking"]), "--threads",
+                *(["--gil"] if self.gil else []), "--", *super().command(port)]
 
     def stop(self, timeout: float = 60.0) -> int | None:
         if self.proc is not None and self.proc.poll() is None:

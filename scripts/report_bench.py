@@ -58,7 +58,8 @@ def write(path: Path, n: int, seed: int = 1) -> None:
                     record.searches.append(SearchRecord(
                         query="create github issue", matched=["mcp__github__create_issue"], backend=backend,
                         latency_ms=rnd.lognormvariate(0, 1), deferred=record.deferred_tools,
-                        api_status=200 if backend == "api" else None, api_ms=rnd.lognormvariate(2, 0.5) if backend == "api" else None))
+                        api_status=200 if backend == "api" else None,
+                        api_ms=rnd.lognormvariate(2, 0.5) if backend == "api" else None))
                 record.loops = len(record.searches)
                 record.loop_added_ms = rnd.lognormvariate(0.5, 0.7) if record.searches else 0.0
             f.write(json.dumps(asdict(record), separators=(",", ":")) + "\n")

@@ -276,7 +276,8 @@ class Planning:
     queue: int = 32  # a tenant's requests waiting for a worker; past it a request goes unprocessed
     wait: float = 30.0  # a request not started within this goes unprocessed
     switch_interval: float = 0.0002  # the GIL's switch interval: how long the event loop may wait on a planning thread
-    # Tool catalogs kept parsed for the whole process (``core.catalog``): a 20,000-tool catalog holds about 35 MiB, 50,000 about 90.
+    # Tool catalogs kept parsed for the whole process (``core.catalog``): a 20,000-tool catalog
+    # holds about 35 MiB, 50,000 about 90.
     catalog_cache_mb: int = 128
 
 
@@ -700,7 +701,7 @@ def _redis(s: _Section) -> RedisSettings:
     url = s.string("url", d.url)
     parts = urlsplit(url)
     try:
-        parts.port  # a bad port raises here, not at the first request
+        _ = parts.port  # a bad port raises here, not at the first request
     except ValueError as e:
         raise ConfigError(f"{s.path('url')}: {e}") from None
     scheme = parts.scheme

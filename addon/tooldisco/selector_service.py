@@ -52,7 +52,7 @@ from urllib.parse import urlsplit
 from loguru import logger
 
 from tooldisco.core.types import Tool
-from tooldisco.apis.common import params_of
+from tooldisco.apis.schema import params_of
 from tooldisco.search.factory import BACKENDS, make_searcher
 from tooldisco.search.base import MAX_QUERY_CHARS, QueryError, Ranking, Searcher
 

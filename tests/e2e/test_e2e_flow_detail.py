@@ -120,7 +120,7 @@ def test_mitmdump_prints_no_credential(provider: FakeProvider, tmp_path: Path, m
         provider.reset()
         provider.set_script([reply("Sunny.")] * len(REQUESTS))
         with mitm.httpx_client() as http:
-            for name, method, url, headers, body, _ in REQUESTS:
+            for _name, method, url, headers, body, _ in REQUESTS:
                 http.request(method, url, headers=headers, json=body)
         seen = provider.wait_for_requests(len(REQUESTS))
     finally:

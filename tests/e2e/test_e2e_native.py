@@ -48,7 +48,8 @@ def deferred(rec) -> set[str]:
     return {t["name"] for t in rec.json.get("tools") or [] if t.get("defer_loading")}
 
 
-def script_search_then_call(fake, searching=search("weather forecast", times=1)):
+def script_search_then_call(fake, searching=None):
+    searching = searching if searching is not None else search("weather forecast", times=1)
     fake.set_script([
         searching,
         call(TARGET, {"city": "Paris"}, text="Checking the forecast."),

@@ -94,7 +94,6 @@ def telemetry(proxy, where=None, at_least: int = 1) -> list[dict]:
 
 
 def test_reference_selector_end_to_end(mitm_factory, fake, tmp_path):
-    port_file = tmp_path / "port"
     proc = subprocess.Popen(
         [sys.executable, "-m", "tooldisco.selector_service", "--host", "127.0.0.1", "--port", "0",
          "--backend", "bm25", "--api-key-env", "SELECTOR_KEY"],
@@ -181,7 +180,7 @@ def test_partial_rollout_is_per_session(mitm_factory, fake, faulty, percent, def
 def test_report_over_a_real_run(mitm_factory, fake, faulty):
     faulty.behaviour = lambda b: (200, json.dumps({"selected_names": [TARGET]}).encode(), 0)
     proxy = mitm_factory(config=api_config(faulty.url))
-    for i in range(4):
+    for _ in range(4):
         fake.set_script([search("weather forecast", times=1), call(TARGET, {"city": "Paris"}), reply("done")])
         ask(proxy)
     faulty.behaviour = lambda b: (500, b"{}", 0)

@@ -189,7 +189,7 @@ def test_openai_search_then_call(mitm, fake, openai_client, stream):
     script_search_then_call(fake)
     kw = dict(model="gpt-x", tools=o_tools(), messages=[{"role": "user", "content": fresh("forecast for Paris?")}])
     if stream:
-        calls_seen, text = {}, []
+        calls_seen = {}
         for chunk in openai_client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw):
             for ch in chunk.choices:
                 for tc in ch.delta.tool_calls or []:

@@ -41,7 +41,7 @@ class Tool:
     schema: dict[str, Any]
 
 
-S, I, B, L = "string", "integer", "boolean", "string[]"
+S, INT, B, L = "string", "integer", "boolean", "string[]"
 
 SERVERS: tuple[Server, ...] = (
     Server("github", "GitHub", (("owner", S, "Repository owner (user or organization)"), ("repo", S, "Repository name")), (
@@ -66,7 +66,7 @@ SERVERS: tuple[Server, ...] = (
         Resource("pipeline", "pipelines", (("ref", S, "Branch or tag"), ("status", ["running", "success", "failed", "canceled"], "Pipeline status")),
                  ("list", "get", "trigger", "retry", "cancel")),
         Resource("issue", "issues", (("title", S, "Issue title"), ("labels", L, "Labels"), ("description", S, "Issue description"),
-                                     ("milestone_id", I, "Milestone id"))),
+                                     ("milestone_id", INT, "Milestone id"))),
         Resource("job", "jobs", (("stage", S, "Pipeline stage"), ("status", ["pending", "running", "success", "failed"], "Job status")),
                  ("list", "get", "retry", "cancel", "download_artifacts")),
         Resource("environment", "environments", (("name", S, "Environment name"), ("external_url", S, "URL of the deployed app")),
@@ -85,8 +85,8 @@ SERVERS: tuple[Server, ...] = (
                  ("list", "get", "apply", "validate", "describe")),
     )),
     Server("linear", "Linear", (("team_key", S, "Linear team key, e.g. ENG"),), (
-        Resource("issue", "issues", (("title", S, "Issue title"), ("priority", I, "0 (none) to 4 (low)"), ("description", S, "Markdown description"),
-                                     ("estimate", I, "Story points"))),
+        Resource("issue", "issues", (("title", S, "Issue title"), ("priority", INT, "0 (none) to 4 (low)"), ("description", S, "Markdown description"),
+                                     ("estimate", INT, "Story points"))),
         Resource("project", "projects", (("name", S, "Project name"), ("target_date", S, "ISO 8601 target date"), ("lead_id", S, "Lead user id"))),
         Resource("cycle", "cycles", (("name", S, "Cycle name"), ("starts_at", S, "ISO 8601 start"), ("ends_at", S, "ISO 8601 end")),
                  ("list", "get", "create", "update", "archive")),
@@ -145,7 +145,7 @@ SERVERS: tuple[Server, ...] = (
         Resource("free_busy", "free_busy_slots", (("emails", L, "People to check"), ("time_min", S, "ISO 8601 window start"),
                                                   ("time_max", S, "ISO 8601 window end")),
                  ("list", "get", "query", "suggest", "compare")),
-        Resource("reminder", "reminders", (("event_id", S, "Event id"), ("minutes_before", I, "Minutes before the start"))),
+        Resource("reminder", "reminders", (("event_id", S, "Event id"), ("minutes_before", INT, "Minutes before the start"))),
         Resource("acl_rule", "acl_rules", (("email", S, "Grantee email"), ("role", ["reader", "writer", "owner"], "Access role"))),
     )),
     Server("google_drive", "Google Drive", (("drive_id", S, "Shared drive id, or 'my-drive'"),), (
@@ -160,7 +160,7 @@ SERVERS: tuple[Server, ...] = (
     )),
     Server("postgres", "PostgreSQL", (("database", S, "Database name, e.g. orders_prod"),), (
         Resource("query", "queries", (("sql", S, "SQL statement; read-only unless allow_writes is set"), ("allow_writes", B, "Permit INSERT/UPDATE/DELETE"),
-                                      ("timeout_ms", I, "Statement timeout in milliseconds")),
+                                      ("timeout_ms", INT, "Statement timeout in milliseconds")),
                  ("run", "explain", "list", "get", "cancel")),
         Resource("table", "tables", (("schema", S, "Schema name, default public"), ("table", S, "Table name")),
                  ("list", "describe", "create", "truncate", "drop")),
@@ -172,7 +172,7 @@ SERVERS: tuple[Server, ...] = (
     Server("snowflake", "Snowflake", (("account", S, "Snowflake account locator"), ("warehouse", S, "Warehouse to run on")), (
         Resource("statement", "statements", (("sql", S, "SQL text"), ("database", S, "Database"), ("schema", S, "Schema")),
                  ("run", "list", "get", "cancel", "explain")),
-        Resource("warehouse", "warehouses", (("size", ["XSMALL", "SMALL", "MEDIUM", "LARGE"], "Warehouse size"), ("auto_suspend", I, "Seconds before suspend")),
+        Resource("warehouse", "warehouses", (("size", ["XSMALL", "SMALL", "MEDIUM", "LARGE"], "Warehouse size"), ("auto_suspend", INT, "Seconds before suspend")),
                  ("list", "get", "resize", "suspend", "resume")),
         Resource("sf_table", "sf_tables", (("database", S, "Database"), ("schema", S, "Schema"), ("name", S, "Table name")),
                  ("list", "describe", "create", "clone", "drop")),
@@ -188,17 +188,17 @@ SERVERS: tuple[Server, ...] = (
                  ("list", "get", "get_latest", "search", "download_attachment")),
         Resource("sentry_release", "sentry_releases", (("version", S, "Release version"), ("commits", L, "Commit SHAs")),
                  ("list", "get", "create", "finalize", "deploy")),
-        Resource("alert_rule", "alert_rules", (("name", S, "Rule name"), ("threshold", I, "Events per minute"), ("action", S, "Notification target"))),
-        Resource("performance_trace", "performance_traces", (("transaction", S, "Transaction name, e.g. POST /checkout"), ("min_duration_ms", I, "Slower than")),
+        Resource("alert_rule", "alert_rules", (("name", S, "Rule name"), ("threshold", INT, "Events per minute"), ("action", S, "Notification target"))),
+        Resource("performance_trace", "performance_traces", (("transaction", S, "Transaction name, e.g. POST /checkout"), ("min_duration_ms", INT, "Slower than")),
                  ("list", "get", "search", "compare", "summarize")),
     )),
     Server("datadog", "Datadog", (("site", S, "Datadog site, e.g. datadoghq.eu"),), (
-        Resource("metric", "metrics", (("query", S, "Metric query, e.g. avg:checkout.latency{env:prod}"), ("from_ts", I, "Start, epoch seconds"),
-                                       ("to_ts", I, "End, epoch seconds")),
+        Resource("metric", "metrics", (("query", S, "Metric query, e.g. avg:checkout.latency{env:prod}"), ("from_ts", INT, "Start, epoch seconds"),
+                                       ("to_ts", INT, "End, epoch seconds")),
                  ("list", "query", "get", "submit", "describe")),
         Resource("monitor", "monitors", (("name", S, "Monitor name"), ("query", S, "Monitor query"), ("message", S, "Notification message"))),
         Resource("dashboard", "dashboards", (("title", S, "Dashboard title"), ("widgets", L, "Widget definitions as JSON strings"))),
-        Resource("log", "logs", (("query", S, "Log search query, e.g. service:checkout status:error"), ("from_ts", I, "Start, epoch seconds")),
+        Resource("log", "logs", (("query", S, "Log search query, e.g. service:checkout status:error"), ("from_ts", INT, "Start, epoch seconds")),
                  ("search", "aggregate", "get", "archive", "tail")),
         Resource("dd_incident", "dd_incidents", (("title", S, "Incident title"), ("severity", ["SEV-1", "SEV-2", "SEV-3"], "Severity"))),
     )),
@@ -210,14 +210,14 @@ SERVERS: tuple[Server, ...] = (
         Resource("schedule", "schedules", (("name", S, "Schedule name"), ("time_zone", S, "IANA time zone"))),
         Resource("on_call", "on_calls", (("schedule_id", S, "Schedule id"), ("since", S, "ISO 8601 window start")),
                  ("list", "get", "override", "who_is", "history")),
-        Resource("escalation_policy", "escalation_policies", (("name", S, "Policy name"), ("num_loops", I, "Times to repeat the rules"))),
+        Resource("escalation_policy", "escalation_policies", (("name", S, "Policy name"), ("num_loops", INT, "Times to repeat the rules"))),
     )),
     Server("kubernetes", "Kubernetes", (("context", S, "kubeconfig context"), ("namespace", S, "Namespace, default 'default'")), (
         Resource("pod", "pods", (("label_selector", S, "Label selector, e.g. app=checkout"), ("container", S, "Container name")),
                  ("list", "get", "get_logs", "exec", "delete")),
-        Resource("deployment", "deployments", (("name", S, "Deployment name"), ("replicas", I, "Desired replicas"), ("image", S, "Container image")),
+        Resource("deployment", "deployments", (("name", S, "Deployment name"), ("replicas", INT, "Desired replicas"), ("image", S, "Container image")),
                  ("list", "get", "scale", "restart", "rollback")),
-        Resource("k8s_service", "k8s_services", (("name", S, "Service name"), ("port", I, "Service port"))),
+        Resource("k8s_service", "k8s_services", (("name", S, "Service name"), ("port", INT, "Service port"))),
         Resource("config_map", "config_maps", (("name", S, "ConfigMap name"), ("data", S, "Key=value lines"))),
         Resource("k8s_job", "k8s_jobs", (("name", S, "Job name"), ("image", S, "Container image"), ("command", L, "Command and arguments")),
                  ("list", "get", "create", "suspend", "delete")),
@@ -238,17 +238,17 @@ SERVERS: tuple[Server, ...] = (
         Resource("customer", "customers", (("email", S, "Customer email"), ("name", S, "Full name"), ("metadata", S, "JSON metadata"))),
         Resource("invoice", "invoices", (("customer_id", S, "Customer id"), ("status", ["draft", "open", "paid", "void"], "Invoice status")),
                  ("list", "get", "create", "finalize", "void")),
-        Resource("payment_intent", "payment_intents", (("amount", I, "Amount in the smallest currency unit"), ("currency", S, "ISO currency code")),
+        Resource("payment_intent", "payment_intents", (("amount", INT, "Amount in the smallest currency unit"), ("currency", S, "ISO currency code")),
                  ("list", "get", "create", "capture", "cancel")),
         Resource("subscription", "subscriptions", (("customer_id", S, "Customer id"), ("price_id", S, "Price id")),
                  ("list", "get", "create", "update", "cancel")),
-        Resource("refund", "refunds", (("payment_intent_id", S, "Payment to refund"), ("amount", I, "Amount, default the full payment")),
+        Resource("refund", "refunds", (("payment_intent_id", S, "Payment to refund"), ("amount", INT, "Amount, default the full payment")),
                  ("list", "get", "create", "update", "cancel")),
     )),
     Server("hubspot", "HubSpot", (("portal_id", S, "HubSpot portal id"),), (
         Resource("contact", "contacts", (("email", S, "Email"), ("firstname", S, "First name"), ("lifecyclestage", S, "Lifecycle stage"))),
         Resource("company", "companies", (("name", S, "Company name"), ("domain", S, "Company domain"))),
-        Resource("deal", "deals", (("dealname", S, "Deal name"), ("amount", I, "Deal amount"), ("dealstage", S, "Pipeline stage"))),
+        Resource("deal", "deals", (("dealname", S, "Deal name"), ("amount", INT, "Deal amount"), ("dealstage", S, "Pipeline stage"))),
         Resource("crm_ticket", "crm_tickets", (("subject", S, "Ticket subject"), ("hs_pipeline_stage", S, "Ticket stage"))),
         Resource("note", "notes", (("body", S, "Note text"), ("associated_id", S, "Record the note is attached to"))),
     )),
@@ -261,7 +261,7 @@ SERVERS: tuple[Server, ...] = (
         Resource("organization", "organizations", (("name", S, "Organization name"), ("domain_names", L, "Email domains"))),
         Resource("macro", "macros", (("title", S, "Macro title"), ("actions", L, "Actions as field=value")),
                  ("list", "get", "create", "apply", "delete")),
-        Resource("help_article", "help_articles", (("title", S, "Article title"), ("body", S, "HTML body"), ("section_id", I, "Section id")),
+        Resource("help_article", "help_articles", (("title", S, "Article title"), ("body", S, "HTML body"), ("section_id", INT, "Section id")),
                  ("list", "get", "create", "update", "search")),
     )),
 )
@@ -299,7 +299,7 @@ def _params(server: Server, res: Resource, verb: str) -> tuple[list[Param], list
     kind = _KIND.get(verb, verb)
     id_param: Param = (f"{res.noun}_id", S, f"Id of the {res.noun.replace('_', ' ')}")
     if kind == "list":
-        extra: list[Param] = [*res.fields[:2], ("limit", I, "Page size, 1-100 (default 30)"),
+        extra: list[Param] = [*res.fields[:2], ("limit", INT, "Page size, 1-100 (default 30)"),
                               ("cursor", S, "Cursor from the previous page")]
     elif kind == "create":
         extra = list(res.fields)

@@ -191,7 +191,7 @@ def find(text: str, path: Path, span: Span | None = None, known: Mapping[int, in
     values of the text end, by where they start (a tool catalog found in the catalog cache): the
     root member is located from the end without decoding them."""
     if span is None and len(path) > 1 and (located := recalled(text, ("path", tuple(path)))) is not None:
-        return located  # type: ignore[return-value]  # located by the parse (``common.load_request``)
+        return located  # type: ignore[return-value]  # located by the parse (``catalogs.load_request``)
     cur = span or root(text)
     if span is None and path and isinstance(path[0], str):
         first = _root_member(text, cur, path[0], known)[0]

@@ -96,7 +96,7 @@ class ToolCatalog:
         self.raws = raws
         self.text = text
         self.error = error
-        # Tools nested in a root member (``common.load_request``'s ``inner``): that member decoded
+        # Tools nested in a root member (``catalogs.load_request``'s ``inner``): that member decoded
         # without them (read-only: shared), and where their array is within ``text``.
         self.member: Any = None
         self.within: tuple[int, int] | None = None

@@ -22,7 +22,7 @@ from tooldisco.engine.metrics import Metrics
 from tooldisco.engine.governance import Governance
 from tooldisco.engine.planner import FlowContext, Planner, Prepared
 from tooldisco.apis.base import Adapter
-from tooldisco.apis.common import set_catalog_budget
+from tooldisco.apis.catalogs import set_catalog_budget
 from tooldisco.core.bytecache import MiB
 from tooldisco.core.types import RequestView
 from tooldisco.apis.registry import detect

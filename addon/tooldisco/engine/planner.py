@@ -19,7 +19,7 @@ from tooldisco.config import Config, Strategy
 from tooldisco.core import jsonspan
 from tooldisco.engine import rounds
 from tooldisco.engine.learning import Learner
-from tooldisco.apis.base import Adapter, CallThrough, NativeDeferral
+from tooldisco.apis.base import Adapter, CallThrough
 from tooldisco.core.types import RequestView, Tool, Unsupported
 from tooldisco.search.base import Catalog
 from tooldisco.search.priors import Priors

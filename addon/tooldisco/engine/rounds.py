@@ -70,7 +70,7 @@ def _without_nulls(value: Any) -> Any:
 
 def _spans(body: str, path: Sequence[str]) -> list[tuple[int, int]] | None:
     """The history's element spans; None when it is not an array (a Responses string input)."""
-    try:  # the parse's own spans where it decoded the history (``common.load_request``)
+    try:  # the parse's own spans where it decoded the history (``catalogs.load_request``)
         return jsonspan.find_elements(body, path)
     except ValueError:
         return None
@@ -115,7 +115,7 @@ def restore(adapter: Adapter, body: str, lookup: Callable[[str], list[str] | Non
     if not spans:
         return body, 0
     texts = [body[a:b] for a, b in spans]
-    # The entries as the parse decoded them (``common.load_request``), else each decoded here (memoised).
+    # The entries as the parse decoded them (``catalogs.load_request``), else each decoded here (memoised).
     values = jsonspan.recalled(body, ("values", path[0])) if path is not None and len(path) == 1 else None
     values = values if isinstance(values, list) and len(values) == len(texts) else None
     produced = [adapter.produced(v) for v in values] if values is not None else [_produced(adapter, t) for t in texts]

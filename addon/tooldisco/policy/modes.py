@@ -336,7 +336,7 @@ class CallThroughMode(Generic[F]):
         return stitcher
 
 
-_MARK = ',"defer_loading":true'  # what native deferral adds to a definition (``common.deferred_text``)
+_MARK = ',"defer_loading":true'  # what native deferral adds to a definition (``splice.deferred_text``)
 
 
 def _marked_extra(tool: Tool) -> int:

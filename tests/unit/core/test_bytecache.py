@@ -21,7 +21,7 @@ import pytest
 
 from tooldisco.core.bytecache import ENTRY_OVERHEAD, ByteLRU, MiB, deep_size, entry_size, memoize
 from tooldisco.apis.anthropic import adapter as anthropic
-from tooldisco.apis import common
+from tooldisco.apis import catalogs
 from tooldisco.core.types import Tool
 from tooldisco.search.index_cache import IndexCache
 
@@ -194,7 +194,7 @@ def test_tool_spans_keeps_no_request_body() -> None:
     def eight_large_requests() -> None:
         for i in range(8):
             body = request(8 * MiB + i, tools)
-            assert common.tool_spans(body, ["tools"]) == common.tool_spans(body, ["tools"])
+            assert catalogs.tool_spans(body, ["tools"]) == catalogs.tool_spans(body, ["tools"])
 
     assert retained(eight_large_requests) < 1 * MiB  # an lru_cache keyed by body kept 64 MB
 
@@ -203,7 +203,7 @@ def test_tool_spans_of_large_tool_arrays_stay_within_the_budget() -> None:
     def eight_large_arrays() -> None:
         for i in range(8):
             tools = [{"name": f"r{i}t{j}", "description": "d" * 50_000} for j in range(80)]  # 4 MB
-            spans = common.tool_spans(request(10, tools), ["tools"])
+            spans = catalogs.tool_spans(request(10, tools), ["tools"])
             assert len(spans) == 80 and json.loads(spans[0])["name"] == f"r{i}t0"
 
     assert retained(eight_large_arrays) < 17 * MiB
@@ -211,11 +211,11 @@ def test_tool_spans_of_large_tool_arrays_stay_within_the_budget() -> None:
 
 def test_a_body_read_again_hits_the_span_cache() -> None:
     body = request(10, [{"name": "a"}, {"name": "b"}])
-    common._tool_spans.cache_clear()  # type: ignore[attr-defined]
-    common.tool_spans(body, ["tools"])
-    common.tool_spans(body, ["tools"])
-    assert len(common._tool_spans.cache) == 1  # type: ignore[attr-defined]
-    assert common.tool_spans(body, ["tools"]) == ['{"name": "a"}', '{"name": "b"}']
+    catalogs._tool_spans.cache_clear()  # type: ignore[attr-defined]
+    catalogs.tool_spans(body, ["tools"])
+    catalogs.tool_spans(body, ["tools"])
+    assert len(catalogs._tool_spans.cache) == 1  # type: ignore[attr-defined]
+    assert catalogs.tool_spans(body, ["tools"]) == ['{"name": "a"}', '{"name": "b"}']
 
 
 def test_parsed_tool_definitions_stay_within_the_budget() -> None:

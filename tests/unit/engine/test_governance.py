@@ -261,7 +261,7 @@ def test_hold_withholds_the_changed_tool_for_its_tenant_until_approved(make, tmp
     other = engine.prepare(A, headers(key="sk-b", session="o"), body(tools=bad))
     assert other.record.held_tools == [] and ISSUE in names(other.body) + list(other.context.catalog)
     # Approval (what `tooldisco tools approve` does) releases it within a second.
-    for key, entry in engine.store.pin_entries():
+    for key, _ in engine.store.pin_entries():
         engine.store.pin_at(key, lambda e: pins.approve(e, [ISSUE], 0.0)[0])
     time.sleep(RECHECK)
     freed = engine.prepare(A, headers(), body(tools=bad))

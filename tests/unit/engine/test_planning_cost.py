@@ -6,12 +6,13 @@ import json
 
 import pytest
 
-from tooldisco.apis import common
+from tooldisco.apis import catalogs, splice
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter
 from tooldisco.apis.bedrock.adapter import ConverseAdapter
 from tooldisco.apis.openai_chat.adapter import OpenAIChatAdapter
 from tooldisco.config import parse
 from tooldisco.core import jsonspan
+from tooldisco.core.types import Unsupported
 from tooldisco.engine.engine import Engine
 from tooldisco.policy import client_search, deferral
 
@@ -29,8 +30,8 @@ def body(text: str, tools=TOOLS, session: int = 0, turns: int = 1, model: str = 
 
 
 def forget_catalogs() -> None:
-    """A test starts with none of the process's catalogs (``apis.common.CATALOGS``)."""
-    common.CATALOGS.clear()
+    """A test starts with none of the process's catalogs (``apis.catalogs.CATALOGS``)."""
+    catalogs.CATALOGS.clear()
 
 
 @pytest.fixture
@@ -123,7 +124,7 @@ def test_the_tools_found_by_their_text_are_the_root_members_a_parser_reads() -> 
             view = adapter.parse(text)
             names = [t.name for t in view.tools]
             assert names == [t["function"]["name"] for t in json.loads(text)["tools"]], text[:80]
-            assert common.tool_spans(text, ["tools"]) == [json.dumps(t) for t in json.loads(text)["tools"]]
+            assert catalogs.tool_spans(text, ["tools"]) == [json.dumps(t) for t in json.loads(text)["tools"]]
 
 
 def test_a_catalog_with_unusable_definitions_is_refused_on_every_request() -> None:
@@ -131,7 +132,7 @@ def test_a_catalog_with_unusable_definitions_is_refused_on_every_request() -> No
     tools = openai_tools(30)
     text = json.dumps({"model": "m", "tools": tools + tools[:1], "messages": [{"role": "user", "content": "hi"}]})
     for _ in range(2):  # found again by its text: refused again
-        with jsonspan.reusing(text), pytest.raises(common.Unsupported, match="duplicate tool name"):
+        with jsonspan.reusing(text), pytest.raises(Unsupported, match="duplicate tool name"):
             OpenAIChatAdapter().parse(text)
 
 
@@ -192,6 +193,6 @@ def test_marking_a_definition_for_native_deferral_decodes_nothing(monkeypatch) -
     raws += ['{}', '{ }', '{"name":"x","defer_loading":false}', '{"name":"y","description":"a \\"defer_loading\\" word"}']
     expected = [jsonspan.set_member(r, jsonspan.root(r), "defer_loading", "true") for r in raws]
     count = Counting(monkeypatch)
-    marked = [common.deferred_text(r) for r in raws[:50]]
+    marked = [splice.deferred_text(r) for r in raws[:50]]
     assert count.chars == 0
-    assert marked + [common.deferred_text(r) for r in raws[50:]] == expected
+    assert marked + [splice.deferred_text(r) for r in raws[50:]] == expected

@@ -6,7 +6,6 @@ import json
 import pytest
 
 from tooldisco.engine import rounds
-from tooldisco.core.answers import Answer
 from tooldisco.apis.anthropic.stream import encode
 
 from tests.support.runner import (

@@ -17,7 +17,7 @@ from tooldisco.config import parse
 from tooldisco.engine.engine import Engine
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter, _result_content, parse_tool
 from tooldisco.core.types import ToolCall, ToolResult
-from tooldisco.apis.common import tool_spans
+from tooldisco.apis.catalogs import tool_spans
 from tooldisco.apis.registry import detect
 from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter
 from tooldisco.core.answers import Answer

@@ -128,7 +128,7 @@ def test_the_page_lists_turns_explains_its_words_and_says_none(tmp_path):
     assert "<th>on the wire</th>" in text and "forwarded" not in text and "loop added" not in text
     assert "processing (planner)" not in text and "<td>planning</td>" in text
     assert "<h2 id='words'>Words</h2>" in text and "<td>no_phantom</td><td>answered without a search</td>" in text
-    for term, meaning in GLOSSARY:
+    for term, _meaning in GLOSSARY:
         assert f"<td>{term}</td>" in text
     assert "~comment ID" in text
     # Nothing fell back: the plot and the table say none, no empty chart.

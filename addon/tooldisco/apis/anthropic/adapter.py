@@ -11,25 +11,12 @@ from tooldisco.apis.base import NativeDeferral, Failure, Stitcher
 from tooldisco.apis.streaming import as_list
 from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCall, ToolCatalog, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
-from tooldisco.apis.common import (
-    deferred_text,
-    History,
-    catalog_at,
-    AdapterDefaults,
-    append_array,
-    each_tool,
-    load_request,
-    named,
-    params_of,
-    query_schema,
-    replace_array,
-    sum_usage,
-    tokens,
-    tool_spans,
-    usage_object,
-    user_text,
-    with_marked,
-)
+from tooldisco.apis.text import History, user_text
+from tooldisco.apis.defaults import AdapterDefaults
+from tooldisco.apis.schema import params_of, query_schema
+from tooldisco.apis.catalogs import catalog_at, each_tool, load_request, named, tool_spans
+from tooldisco.apis.splice import deferred_text, append_array, replace_array, with_marked
+from tooldisco.apis.usage import sum_usage, tokens, usage_object
 from tooldisco.apis.anthropic.stream import AnthropicStreamDecoder
 from tooldisco.apis.anthropic.stream import encode
 from tooldisco.apis.anthropic.stitch import error_object
@@ -179,7 +166,8 @@ class AnthropicAdapter(AdapterDefaults):
             elif m.get("role") == "assistant":
                 history.calls |= {str(b.get("id")): str(b.get("name")) for b in blocks if b.get("type") == "tool_use"}
         choice = data.get("tool_choice")
-        forced = [choice["name"]] if isinstance(choice, dict) and choice.get("type") == "tool" and isinstance(choice.get("name"), str) else []
+        forced = [choice["name"]] if isinstance(choice, dict) and choice.get("type") == "tool" \
+            and isinstance(choice.get("name"), str) else []
         return history.view(catalog, forced, data.get("stream") is True, _session_hint(data), model=data.get("model"))
 
     def with_tools(self, body: str, raws: Sequence[str]) -> str:

@@ -36,7 +36,7 @@ from abc import abstractmethod
 from typing import Any, ClassVar, Protocol, cast
 
 from tooldisco.apis.base import StreamDecoder
-from tooldisco.apis.common import sum_usage
+from tooldisco.apis.usage import sum_usage
 from tooldisco.apis.anthropic.stream import _DELTA_ALWAYS, AnthropicStreamDecoder, encode_event_object
 from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, as_dict
 from tooldisco.apis.base import Failure, RoundEnd, Stitcher, error_kind

@@ -21,23 +21,12 @@ from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.apis.anthropic.adapter import AnthropicAdapter
 from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
-from tooldisco.apis.common import (
-    History,
-    AdapterDefaults,
-    append_array,
-    catalog_at,
-    decoded,
-    load_request,
-    named,
-    params_of,
-    query_schema,
-    replace_array,
-    sum_usage,
-    tool_spans,
-    user_text,
-    tokens,
-    usage_object,
-)
+from tooldisco.apis.text import History, user_text
+from tooldisco.apis.defaults import AdapterDefaults
+from tooldisco.apis.schema import params_of, query_schema
+from tooldisco.apis.catalogs import catalog_at, decoded, load_request, named, tool_spans
+from tooldisco.apis.splice import append_array, replace_array
+from tooldisco.apis.usage import sum_usage, tokens, usage_object
 from tooldisco.apis.bedrock.stitch import EXCEPTIONS
 from tooldisco.apis.bedrock.stream import ConverseStreamDecoder
 from tooldisco.apis.bedrock.stream import encode_converse

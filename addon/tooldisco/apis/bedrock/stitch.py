@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tooldisco.apis.common import sum_usage
+from tooldisco.apis.usage import sum_usage
 from tooldisco.apis.bedrock.stream import ConverseStreamDecoder
 from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, as_dict, dumps
 from tooldisco.apis.framing.eventstream import EventStreamError, encode_frame

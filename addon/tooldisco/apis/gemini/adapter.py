@@ -21,23 +21,12 @@ from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
 from tooldisco.apis.gemini.messages import STAND_IN_SIGNATURE, _field, _parts, call_of, merge
-from tooldisco.apis.common import (
-    History,
-    catalog_at,
-    AdapterDefaults,
-    append_array,
-    load_request,
-    named,
-    params_of,
-    parsed_tools,
-    query_schema,
-    replace_array,
-    tool_spans,
-    user_text,
-    wrap_history,
-    tokens,
-    usage_object,
-)
+from tooldisco.apis.text import History, user_text
+from tooldisco.apis.defaults import AdapterDefaults
+from tooldisco.apis.schema import params_of, query_schema
+from tooldisco.apis.catalogs import catalog_at, load_request, named, parsed_tools, tool_spans
+from tooldisco.apis.splice import append_array, replace_array, wrap_history
+from tooldisco.apis.usage import tokens, usage_object
 from tooldisco.apis.gemini.stream import fold_parts
 from tooldisco.apis.gemini.stream import GeminiStreamDecoder
 from tooldisco.apis.gemini.stream import encode

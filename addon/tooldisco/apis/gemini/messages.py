@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from tooldisco.apis.common import sum_usage
+from tooldisco.apis.usage import sum_usage
 from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.core.types import ToolCall
 

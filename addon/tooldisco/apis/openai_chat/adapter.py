@@ -11,26 +11,13 @@ from tooldisco.apis.base import CallThrough, Failure, Stitcher
 from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
-from tooldisco.apis.common import (
-    forced_names,
-    openai_error_object,
-    History,
-    AdapterDefaults,
-    append_array,
-    each_tool,
-    load_request,
-    named,
-    params_of,
-    query_schema,
-    parse_arguments,
-    replace_array,
-    sum_usage,
-    user_text,
-    wrap_history,
-    prompt_split,
-    tokens,
-    usage_object,
-)
+from tooldisco.apis.text import History, user_text
+from tooldisco.apis.defaults import AdapterDefaults
+from tooldisco.apis.schema import params_of, query_schema
+from tooldisco.apis.catalogs import each_tool, load_request, named
+from tooldisco.apis.splice import append_array, replace_array, wrap_history
+from tooldisco.apis.usage import sum_usage, prompt_split, tokens, usage_object
+from tooldisco.apis.openai_shared import forced_names, openai_error_object, parse_arguments
 from tooldisco.apis.openai_chat.stream import ChatCompletionStreamDecoder
 from tooldisco.apis.openai_chat.stream import encode
 from tooldisco.apis.base import dispatcher_schema

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from tooldisco.core.types import ToolCall
-from tooldisco.apis.common import openai_error_object, parse_arguments, sum_usage
+from tooldisco.apis.usage import sum_usage
+from tooldisco.apis.openai_shared import openai_error_object, parse_arguments
 from tooldisco.apis.streaming import Event, IncompleteStream, StreamError, as_dict, as_list, dumps
 from tooldisco.apis.openai_chat.stream import DONE, ChatCompletionStreamDecoder
 from tooldisco.apis.framing.sse import encode_event, reframe

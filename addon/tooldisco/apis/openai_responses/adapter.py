@@ -4,8 +4,8 @@ Codex CLI speaks only this API. Tools are flat (``{type:"function", name, parame
 grouped in a ``namespace`` (Codex sends each MCP server as one): each function of a namespace is
 a tool of its own, named ``namespace.name`` as the model calls it, whose definition text is its
 namespace around that one function; ``with_tools`` puts a namespace's functions back into one
-entry. Everything else (tool_search, hosted and client built-ins) passes through pinned. A re-forward continues the conversation in one of
-three ways, depending on where the conversation lives (see ``append_round``).
+entry. Everything else (tool_search, hosted and client built-ins) passes through pinned. A
+re-forward continues the conversation in one of three ways, depending on where the conversation lives (see ``append_round``).
 """
 
 from __future__ import annotations
@@ -19,28 +19,13 @@ from tooldisco.apis.base import NativeDeferral, Failure, Stitcher
 from tooldisco.apis.streaming import as_dict, as_list
 from tooldisco.core.types import RequestView, TokenUsage, Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.base import StreamDecoder
-from tooldisco.apis.common import (
-    deferred_text,
-    forced_names,
-    openai_error_object,
-    AdapterDefaults,
-    History,
-    append_array,
-    catalog_at,
-    decoded,
-    load_object,
-    load_request,
-    params_of,
-    parse_arguments,
-    query_schema,
-    replace_array,
-    tool_spans,
-    user_text,
-    with_marked,
-    prompt_split,
-    tokens,
-    usage_object,
-)
+from tooldisco.apis.text import History, user_text
+from tooldisco.apis.defaults import AdapterDefaults
+from tooldisco.apis.schema import params_of, query_schema
+from tooldisco.apis.catalogs import catalog_at, decoded, load_object, load_request, tool_spans
+from tooldisco.apis.splice import deferred_text, append_array, replace_array, with_marked
+from tooldisco.apis.usage import prompt_split, tokens, usage_object
+from tooldisco.apis.openai_shared import forced_names, openai_error_object, parse_arguments
 from tooldisco.apis.openai_responses.messages import (
     ECHOED,
     TOOL_SEARCH,
@@ -340,7 +325,8 @@ class OpenAIResponsesAdapter(AdapterDefaults):
         if not items or span is None:
             return body
         if body[span[0]] == '"':  # a string input becomes a user message after the outputs
-            return jsonspan.replace(body, span, "[" + ",".join(items) + ',{"role":"user","content":' + body[span[0]:span[1]] + "}]")
+            user = ',{"role":"user","content":' + body[span[0]:span[1]] + "}]"
+            return jsonspan.replace(body, span, "[" + ",".join(items) + user)
         inner = body[span[0] + 1 : span[1] - 1].strip()
         return jsonspan.replace(body, span, "[" + ",".join(items) + ("," + inner if inner else "") + "]")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
-from tooldisco.apis.common import catalog_spans, sum_usage
+from tooldisco.apis.catalogs import catalog_spans
+from tooldisco.apis.usage import sum_usage
 from tooldisco.apis.streaming import as_list
 from tooldisco.core import jsonspan
 
@@ -52,7 +53,7 @@ def echoed_fields(body: str) -> dict[str, str]:
     """The raw JSON a Response must echo for the client's ``tools`` and ``tool_choice``: the
     client's own bytes from ``body``, or the API's value for a field it left out (or sent null).
     The client's catalog, parsed when the request was planned, is neither decoded nor searched
-    again to find them (``common.catalog_spans``)."""
+    again to find them (``catalogs.catalog_spans``)."""
     out = {}
     known = catalog_spans(body, _API)
     for key, default in _ECHO_DEFAULTS.items():

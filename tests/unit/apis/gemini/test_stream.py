@@ -109,9 +109,8 @@ def test_part_merging_rules() -> None:
 
 
 def test_several_candidates_are_kept_apart() -> None:
-    chunk = lambda i, text, **extra: {
-        "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "index": i, **extra}]
-    }
+    def chunk(i, text, **extra):
+        return {"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "index": i, **extra}]}
     assembler = gemini.GeminiAssembler()
     for item in (
         chunk(0, "a"),

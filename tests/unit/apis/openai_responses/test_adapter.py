@@ -16,7 +16,7 @@ from tests.support.loop_driver import Driver
 from tooldisco.core.types import Tool, ToolCall, ToolResult, Unsupported
 from tooldisco.apis.registry import detect
 from tooldisco.apis.openai_responses.adapter import OpenAIResponsesAdapter, parse_tool
-from tooldisco.apis.common import injected
+from tooldisco.apis.text import injected
 
 from tests.support.catalog import tool_specs
 from tests.support.adapters_responses import (
