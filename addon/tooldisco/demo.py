@@ -4,13 +4,16 @@ A small fake Anthropic Messages API (in this process, on loopback) plays the mod
 search tool, it searches; shown the search's result, it answers. A real mitmdump with the addon
 runs in reverse mode in front of it, and one request with many tools goes through it (with the
 ``anthropic`` SDK when it is installed, else plain HTTP). What is printed comes from what the
-fake received and the proxy's telemetry line, not from expectations.
+fake received and the proxy's telemetry line, not from expectations. The telemetry is kept in the
+user's cache (``telemetry_path``), replaced by the next demo, and the command that reads it printed:
+``tooldisco report`` works on the demo's turn right away.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -201,12 +204,43 @@ def _telemetry(path: Path, timeout: float = 10.0) -> dict[str, Any] | None:
     return None
 
 
+def telemetry_path(env: dict[str, str] | None = None) -> Path:
+    """Where the demo keeps its telemetry: ``$XDG_CACHE_HOME/tooldisco/demo.jsonl`` (``~/.cache``),
+    beside the session store's default."""
+    env = dict(os.environ) if env is None else env
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
+    return Path(base) / "tooldisco" / "demo.jsonl"
+
+
+def _keep(source: Path, target: Path) -> Path | None:
+    """The demo's telemetry copied to ``target`` (a file 0600 in a 0700 directory, as the proxy
+    writes its own), or None when it cannot be written there."""
+    try:
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+            shutil.copyfileobj(src, out)
+        os.chmod(target, 0o600)
+    except OSError:
+        return None
+    return target
+
+
+def _shown(path: Path) -> str:
+    home = str(Path.home()).rstrip("/")
+    text = str(path)
+    return "~" + text[len(home):] if home and text.startswith(home + "/") else text
+
+
 def _tools(n: int) -> str:
     return f"{n} tool" + ("" if n == 1 else "s")
 
 
-def run(mitmdump: str, addon: Path, out: Callable[[str], None] = print) -> int:
-    """The demo; 0 when the turn went through and the proxy recorded it."""
+def run(mitmdump: str, addon: Path, out: Callable[[str], None] = print, keep: Path | None = None) -> int:
+    """The demo; 0 when the turn went through and the proxy recorded it. Its telemetry is kept at
+    ``keep`` (default ``telemetry_path()``)."""
+    keep = telemetry_path() if keep is None else keep
+    kept = None
     with tempfile.TemporaryDirectory(prefix="tooldisco-demo-") as tmp:
         workdir = Path(tmp)
         model = FakeModel()
@@ -225,6 +259,8 @@ def run(mitmdump: str, addon: Path, out: Callable[[str], None] = print) -> int:
         finally:
             proxy.stop()
             model.close()
+        if (workdir / "telemetry.jsonl").is_file():  # whole now: the proxy flushed it on its way out
+            kept = _keep(workdir / "telemetry.jsonl", keep)
     out(f"tooldisco demo: one turn through mitmdump with the addon (reverse mode) to a fake Anthropic API, "
         f"offline; client: {client}")
     if not record or not model.requests:
@@ -239,7 +275,13 @@ def run(mitmdump: str, addon: Path, out: Callable[[str], None] = print) -> int:
         out(f"search: the model asked {search['query']!r} ({search['backend']}, {search['deferred']} deferred tools); "
             f"found: {', '.join(search['matched']) or 'nothing'}")
     if len(model.requests) > 1:
-        out(f"then:   the proxy answered the search itself and sent the model {_tools(len(model.requests[-1]['tools']))} "
+        sent_then = _tools(len(model.requests[-1]["tools"]))
+        out(f"then:   the proxy answered the search itself and sent the model {sent_then} "
             f"({len(model.requests)} upstream requests, the search hidden from the client)")
     out(f"answer: {text.strip()}")
+    if kept is not None:
+        out(f"report: the turn's telemetry is in {_shown(kept)}: tooldisco report {_shown(kept)} makes a page of it "
+            f"(the report extra), tooldisco report --json {_shown(kept)} prints its figures")
+    else:
+        out(f"report: the turn's telemetry could not be kept in {_shown(keep)}")
     return 0

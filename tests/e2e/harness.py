@@ -267,6 +267,9 @@ class MitmDump:
         offset = self.log_path.stat().st_size
         env = scrubbed_env()
         env["PYTHONUNBUFFERED"] = "1"
+        # A proxy without a config of the test's own takes the shipped one, never the developer's.
+        env["XDG_CONFIG_HOME"] = str(self.workdir / "xdg-config")
+        env.pop("TOOLDISCO_CONFIG", None)
         self.proc = subprocess.Popen(
             cmd, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT
         )

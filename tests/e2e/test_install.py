@@ -3,7 +3,10 @@
 One venv per session (a released mitmproxy from the package index, as ``pip install mitmproxy``
 gives it), then the checkout's wheel on top: mitmproxy's version stays, the wheel carries the
 addon script and the configs, and ``mitmdump -s "$(tooldisco addon-path)"`` processes a request.
-Before the wheel, the same mitmproxy alone shows what a missing dependency looks like.
+Before the wheel, the same mitmproxy alone shows what a missing dependency looks like. Then a pip
+user's first steps: ``tooldisco init`` writes a config that ``doctor`` and ``run`` find, a shipped
+config goes by name, config mistakes are a few lines, ``doctor`` fails a bundle lacking the CA and
+``wrap`` names an agent that is not installed.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -25,6 +30,7 @@ import pytest
 from tests.e2e.harness import REPO_ROOT, MitmDump, addon_config, scrubbed_env
 from tests.fakeprovider import FakeProvider, reply
 from tests.support.catalog import anthropic_tools
+from tests.unit.test_doctor import make_ca, pem
 
 pytestmark = pytest.mark.e2e
 
@@ -162,3 +168,75 @@ def test_the_installed_report_reads_the_installed_addons_telemetry(venv: Venv, t
                           capture_output=True, text=True, cwd=tmp_path, check=False)
     assert page.returncode == 0, page.stderr
     assert "1 record(s)" in page.stdout and "Tool discovery report" in (tmp_path / "r.html").read_text()
+
+
+def _user_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in scrubbed_env().items() if k not in (
+        "TOOLDISCO_CONFIG", "CONFIG", "XDG_CONFIG_HOME", "AWS_CA_BUNDLE")}  # doctor checks each CA variable set
+    return {**env, "HOME": str(home)}
+
+
+def _started(venv: Venv, home: Path, *argv: str) -> str:
+    """``tooldisco run ARGV`` until mitmdump listens, then stopped: what it printed."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = home / f"run-{port}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(venv.bin("tooldisco")), "run", *argv, "-p", str(port), "--set",
+                                 f"confdir={home / 'confdir'}"], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, cwd=home, env={**_user_env(home), "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while f"listening at 127.0.0.1:{port}" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return log.read_text(errors="replace")
+
+
+def test_a_pip_users_first_day(venv: Venv, tmp_path: Path) -> None:
+    tooldisco = str(venv.bin("tooldisco"))
+    env = _user_env(tmp_path)
+
+    def cli(*argv: str, **more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([tooldisco, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                              env={**env, **more}, check=False)
+
+    own = tmp_path / ".config" / "tooldisco" / "config.yaml"
+    init = cli("init")
+    assert init.returncode == 0 and init.stdout.strip() == str(own), init.stderr
+    said = "tooldisco: config ~/.config/tooldisco/config.yaml (your own; `tooldisco init` wrote it)"
+    # run uses it (and says so, first), and so does doctor.
+    text = _started(venv, tmp_path)
+    assert text.splitlines()[0] == said, text
+    assert f"tool discovery: on · config {own} · strategy tool-search" in text
+    doctor = cli("doctor", "--confdir", str(tmp_path / "confdir"))
+    assert f"ok    config {own} (your own; `tooldisco init` wrote it) loads (strategy tool-search)" in doctor.stdout
+    assert said in doctor.stderr and doctor.returncode == 0, doctor.stdout + doctor.stderr
+    # A shipped config by name starts.
+    assert "strategy relevance" in _started(venv, tmp_path, "--config", "relevance")
+    # Mistakes are a few lines, no traceback, before anything starts.
+    (tmp_path / "broken.yaml").write_text("hosts: [default\n")
+    for argv in (["run", "--config", "nope.yaml"], ["run", "--config", "broken.yaml"]):
+        done = cli(*argv)
+        out = done.stdout + done.stderr
+        assert done.returncode != 0 and "Traceback" not in out and len(out.strip().splitlines()) <= 5, out
+        assert "Point an agent" not in out
+    # doctor fails a bundle that lacks the proxy's CA, and passes one that holds it.
+    lacking = tmp_path / "lacking.pem"
+    lacking.write_bytes(pem(make_ca("public")))
+    bad = cli("doctor", "--confdir", str(tmp_path / "confdir"), NODE_EXTRA_CA_CERTS=str(lacking))
+    assert bad.returncode == 1 and f"FAIL  NODE_EXTRA_CA_CERTS={lacking} does not hold mitmproxy's CA" in bad.stdout
+    good = cli("doctor", "--confdir", str(tmp_path / "confdir"),
+               NODE_EXTRA_CA_CERTS=str(tmp_path / "confdir" / "mitmproxy-ca-cert.pem"))
+    assert good.returncode == 0, good.stdout
+    # wrap names an agent that is not installed.
+    wrap = cli("wrap", "claude", "--", "claude-not-installed-here", "-p", "hi")
+    assert wrap.returncode == 127 and "agent not found: claude-not-installed-here is not on PATH" in wrap.stderr

@@ -12,7 +12,19 @@ import pytest
 from tooldisco import cli
 from tooldisco.config import load_config
 
+from tests.unit.test_doctor import make_ca, pem
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def no_config_of_ones_own(tmp_path, monkeypatch):
+    """Each test finds the shipped default unless it says otherwise (no user file, no variable),
+    and `run` does not look for a free port (the test machine's 8080 is not the test's)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    for var in ("TOOLDISCO_CONFIG", "CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(cli, "_listen_problem", lambda cmd, web: None)
 
 
 def test_help_lists_every_subcommand(capsys) -> None:
@@ -20,7 +32,7 @@ def test_help_lists_every_subcommand(capsys) -> None:
         cli.main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for command in ("run", "addon-path", "env", "wrap", "demo", "doctor", "report", "forget"):
+    for command in ("init", "run", "addon-path", "env", "wrap", "demo", "doctor", "report", "forget", "tools"):
         assert f"    {command} " in out
 
 
@@ -87,19 +99,22 @@ def test_needed_extras_follow_the_config(tmp_path) -> None:
 
 
 def test_doctor_reports_each_check(tmp_path) -> None:
-    ca = _write(tmp_path / "mitmproxy-ca-cert.pem", "pem")
+    ca = tmp_path / "mitmproxy-ca-cert.pem"
+    ca.write_bytes(pem(make_ca()))
     lines, problems = cli.doctor(str(cli.DEFAULT_CONFIG), tmp_path,
                                  {"NODE_EXTRA_CA_CERTS": str(ca), "CODEX_CA_CERTIFICATE": str(tmp_path / "gone.pem")})
     text = "\n".join(lines)
     assert problems == 1, text  # the CA variable naming a missing file
     assert f"ok    CA file {ca}" in text
-    assert f"ok    NODE_EXTRA_CA_CERTS={ca}" in text
+    assert f"ok    NODE_EXTRA_CA_CERTS={ca} holds mitmproxy's CA" in text
     assert "FAIL  CODEX_CA_CERTIFICATE=" in text and "(no such file)" in text
+    assert f"      fix: export CODEX_CA_CERTIFICATE={ca}" in text
     assert "ok    config" in text and "ok    hosts cover api.anthropic.com" in text
 
 
 def test_doctor_flags_a_missing_ca_uncovered_hosts_and_a_bad_config(tmp_path) -> None:
-    narrow = _write(tmp_path / "n.yaml", "hosts: [api.anthropic.com]\n")
+    narrow = _write(tmp_path / "n.yaml", "pipes:\n  tool_discovery:\n    enabled: true\n    strategy: relevance\n"
+                                         "hosts: [api.anthropic.com]\n")
     lines, problems = cli.doctor(str(narrow), tmp_path, {})
     text = "\n".join(lines)
     assert problems == 2, text
@@ -115,8 +130,9 @@ def test_doctor_flags_a_missing_ca_uncovered_hosts_and_a_bad_config(tmp_path) ->
 
 
 def test_doctor_names_the_extra_to_install(tmp_path, monkeypatch) -> None:
-    _write(tmp_path / "mitmproxy-ca-cert.pem", "pem")
-    hybrid = _write(tmp_path / "h.yaml", "pipes:\n  tool_discovery:\n    search:\n      backend: hybrid\n")
+    (tmp_path / "mitmproxy-ca-cert.pem").write_bytes(pem(make_ca()))
+    hybrid = _write(tmp_path / "h.yaml", "pipes:\n  tool_discovery:\n    enabled: true\n    strategy: tool-search\n"
+                                         "    search:\n      backend: hybrid\n")
     monkeypatch.setattr(cli, "missing", lambda extra: ["onnxruntime"])
     lines, problems = cli.doctor(str(hybrid), tmp_path, {})
     assert problems == 1
@@ -280,3 +296,32 @@ def test_run_refuses_a_metrics_address_without_a_host_or_port(monkeypatch, capsy
     monkeypatch.setattr(cli.os, "execv", lambda *a: pytest.fail("started mitmdump"))
     assert cli.main(["run", "--metrics", addr]) == 2
     assert capsys.readouterr().err.startswith("tooldisco: --metrics: ")
+
+
+def test_report_help_is_complete(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["report", "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: tooldisco report ")
+    for option in ("--selector", "--json", "--since", "--until", "--session", "--tenant", "--agent", "--api",
+                   "--strategy", "--id", "--turns", "--usd-per-mtok", "--quiet", "-o"):
+        assert f" {option}" in out, option
+    assert "README" not in out
+
+
+def test_wrap_takes_a_timeout(monkeypatch) -> None:
+    seen = []
+    monkeypatch.setattr(cli, "_wrap", lambda ns: seen.append(ns) or 0)
+    assert cli.main(["wrap", "claude", "--", "claude"]) == 0
+    assert cli.main(["wrap", "claude", "--timeout", "0", "--", "claude"]) == 0
+    assert [ns.timeout for ns in seen] == [cli.WRAP_TIMEOUT, 0.0] and cli.WRAP_TIMEOUT == 120
+
+
+def test_forget_on_a_store_it_cannot_use_says_so_in_one_line(tmp_path, capsys) -> None:
+    (tmp_path / "a-file").write_text("")
+    config = _write(tmp_path / "c.yaml", f"sessions:\n  dir: {tmp_path / 'a-file' / 's'}\n")
+    assert cli.main(["forget", "--config", str(config), "--all"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "cannot be used" in err and "nothing was forgotten" in err and str(tmp_path / "a-file" / "s") in err

@@ -5,20 +5,21 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
-from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit
 
 from mitmproxy import contentviews, ctx, exceptions
 
+from tooldisco import userconfig
 from tooldisco.config import Config, ConfigError, MetricsSettings, format_listen, load_config, parse_listen
 from tooldisco.core import allocator
 from tooldisco.engine.engine import Engine
 from tooldisco.glue.background import Background
 from tooldisco.watch.view import ToolsView
 
-# Inside the package: an installed wheel carries its configs (package data).
-DEFAULT_CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "tool_discovery.yaml")
+# Inside the package: an installed wheel carries its configs (package data). Used when neither the
+# option, $TOOLDISCO_CONFIG nor the user's own config (``tooldisco init``) names another: ``userconfig``.
+DEFAULT_CONFIG = str(userconfig.SHIPPED_DEFAULT)
 log = logging.getLogger("tool_discovery")
 
 
@@ -68,8 +69,10 @@ class Options:
         self._background = background
 
     def load(self, loader) -> None:
-        loader.add_option("tool_discovery_config", Optional[str], DEFAULT_CONFIG,
-                          "Path of the tool discovery YAML config.")
+        loader.add_option("tool_discovery_config", Optional[str], None,
+                          "Path of the tool discovery YAML config, or a shipped config's name (relevance, "
+                          "tool-search, api, passthrough). Default: $TOOLDISCO_CONFIG, else your own "
+                          "(tooldisco init writes it), else the shipped tool_discovery.yaml.")
         loader.add_option("tool_discovery_metrics", Optional[str], None,
                           "Serve Prometheus metrics on HOST:PORT (port 0: any free port), in place of the "
                           "config's metrics.listen.")
@@ -81,7 +84,12 @@ class Options:
     def configure(self, updated: set[str]) -> None:
         if not updated & {"tool_discovery_config", "tool_discovery_metrics"}:
             return
-        path = ctx.options.tool_discovery_config or DEFAULT_CONFIG
+        try:
+            found = userconfig.find(ctx.options.tool_discovery_config, os.environ, old_env=False,
+                                    flag="tool_discovery_config")
+        except userconfig.NotFound as e:
+            raise exceptions.OptionsError(f"{e}; {e.fix}") from None
+        path = found.path
         try:
             config = load_config(path)
         except ConfigError as e:
@@ -97,7 +105,13 @@ class Options:
         self._close()
         self.engine = Engine(config)
         self.config_path = str(path)
-        log.info("%s", startup(config, str(path)))
+        log.info("%s", startup(config, str(path) if found.source == "option" else f"{path} ({found.why})"))
+
+    @property
+    def edit_hint(self) -> str:
+        """Where a warning asks for a config change: the config in use, or for a shipped one
+        (inside the installed package: a reinstall replaces it) a config of the user's own."""
+        return userconfig.edit_hint(self.config_path)
 
     def done(self) -> None:
         self._close()

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from mitmproxy import http
 
 from tooldisco.apis import registry
-from tooldisco.apis.base import Adapter
+from tooldisco.apis.base import Adapter, Failure
 from tooldisco.core import bodies
 from tooldisco.engine.engine import Engine
 from tooldisco.glue import messages, metadata
@@ -70,9 +70,27 @@ class Rewrite:
             via = f" (sent on to {going})" if going != unlisted else ""
             log.warning("tool discovery: %s%s is not in hosts: requests with tools to it pass "
                         "unprocessed; add it (or a preset) to hosts: in %s",
-                        unlisted, via, self._options.config_path)
+                        unlisted, via, self._options.edit_hint)
         except Exception:
             log.debug("unlisted-host check failed", exc_info=True)
+
+    def _unenforced(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter, why: str) -> bool:
+        """A request the policy's deny could not be applied to: it goes as sent with a warning
+        (``policy.fail: open``), or is refused in the API's own format, never sent upstream
+        (``closed``); whether it was refused. Nothing to say without a deny in the policy."""
+        policy = engine.config.policy
+        if not policy.denies:
+            return False
+        if policy.fail == "closed":
+            message = (f"the proxy's tool policy could not be applied to this request ({why}), "
+                       "and policy.fail is closed")
+            headers, body = adapter.error_body(Failure(403, message=message))
+            flow.response = http.Response.make(403, body, messages.headers(headers))
+            log.warning("tool policy: a request to %s refused: %s", flow.request.pretty_host, why)
+            return True
+        log.warning("tool policy not applied: a request to %s goes as sent, denied tools and all: %s "
+                    "(policy.fail: closed refuses such requests)", flow.request.pretty_host, why)
+        return False
 
     async def _rewrite(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter,
                        sent: tuple[bytes | None, http.Headers]) -> None:
@@ -80,20 +98,27 @@ class Rewrite:
         request = flow.request
         body = await messages.decoded(request, engine.config.max_body_bytes, "tool discovery skipped")
         if not body:
+            if body is None:  # not an empty body: one the proxy could not read
+                self._unenforced(flow, engine, adapter, "its body could not be read (see the line above)")
             return
         headers = messages.by_name(request.headers)
         aws = None
-        if sigv4.is_signed(request.url, request.headers.items(multi=True)):  # a changed body needs the client's signature re-made by us
+        # A changed body needs the client's signature made again, by us.
+        if sigv4.is_signed(request.url, request.headers.items(multi=True)):
             aws = await sigv4.credentials()
             status, reason = sigv4.check("POST", request.url, request.headers.items(multi=True),
                                          request.raw_content or b"", aws)
             if status is sigv4.Status.CANNOT:
                 log.warning("tool discovery skipped: %s", reason)
+                self._unenforced(flow, engine, adapter, "a changed body could not be signed again")
                 return
         # On the planning pool (its tenant's share of worker threads): a first request on a large
         # catalog may build a search index, and session reads are disk I/O; a blocking call in a
         # hook would stall every flow.
         prepared = await engine.plan(adapter, headers, body, urlsplit(request.path).query)
+        if prepared.record is not None and prepared.record.fallback_reason == "overloaded" \
+                and self._unenforced(flow, engine, adapter, "planning is overloaded"):
+            return
         if prepared.background is not None:
             self._background.spawn(prepared.background())
         if (record := prepared.record) is not None:

@@ -195,7 +195,8 @@ class ModeRow:
         return {"turns": self.turns, "tools": {"sent": self.tools_sent, "loaded": self.loaded,
                                                "deferred": self.deferred},
                 "tokens": {"sent": self.sent, "wire": self.wire, "prompt": self.prompt,
-                           "saved": self.sent - self.prompt, "saved_pct": _pct_json(self.sent - self.prompt, self.sent)},
+                           "saved": self.sent - self.prompt,
+                           "saved_pct": _pct_json(self.sent - self.prompt, self.sent)},
                 "searches": self.searches, "hits": self.hits}
 
 
@@ -743,7 +744,8 @@ def summary(agg: Aggregate, sources: Sequence[Path], filters: Filters, usd_per_m
         "results": results_json(agg.results),
         "fallbacks": {reason: {"words": "other" if reason == OTHER else reason_words(reason),
                                "turns": sum(counts.values())}
-                      for reason, counts in sorted(agg.fallbacks.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))},
+                      for reason, counts in sorted(agg.fallbacks.items(),
+                                                   key=lambda kv: (-sum(kv[1].values()), kv[0]))},
         "timing": {measure: {"turns": sample.seen, **{f"p{p}": round(v, 3) for p, v in percentiles(sample).items()}}
                    for measure, sample in agg.timing.items()},
         "turns": agg.turns(),
@@ -890,26 +892,37 @@ def plots(agg: Aggregate, usd_per_mtok: float) -> dict[str, bytes]:
         ax.plot(times, [b.wire / b.requests for _, b in series], label="on the wire", color="#2980b9",
                 marker=marker, linestyle="--")
         ax.plot(times, [b.after / b.requests for _, b in series], label="in the prompt", color="#27ae60", marker=marker)
+        ax.set_ylim(bottom=0)  # counts: a few records' axis would otherwise start at the smallest
         _time_axis(ax, times[0], times[-1])
         ax.legend()
         ax.set_title(f"Tool tokens per request (mean per {_duration(agg.timeline.width)})")
         ax.set_ylabel("estimated tokens")
         save("tokens_over_time.png", fig)
 
+        # Each line rises from 0 at the first record, in steps (a lone record is a step, not a dot
+        # on an axis of its own), and the tokens axis starts at 0 unless a saving was negative.
         fig, ax = plt.subplots(figsize=(9, 3.6))
+        steps = [times[0], *times]
+        lowest = 0
         for api in sorted({api for _, b in series for api in b.saved}):
-            running, ys = 0, []
+            running, ys = 0, [0]
             for _, b in series:
                 running += b.saved.get(api, 0)
                 ys.append(running)
-            ax.plot(times, ys, label=api, marker=marker)
-        total, ys = 0, []
+            lowest = min(lowest, *ys)
+            ax.plot(steps, ys, label=api, marker=marker, drawstyle="steps-post")
+        total, ys = 0, [0]
         for _, b in series:
             total += b.before - b.after
             ys.append(total)
-        ax.plot(times, ys, label="all APIs", color="black", linewidth=2, marker=marker)
+        lowest = min(lowest, *ys)
+        ax.plot(steps, ys, label="all APIs", color="black", linewidth=2, marker=marker, drawstyle="steps-post",
+                alpha=0.8)
+        if lowest >= 0:
+            ax.set_ylim(bottom=0, top=max(1, max(ys)) * 1.08)
         _time_axis(ax, times[0], times[-1])
-        cost = ax.secondary_yaxis("right", functions=(lambda t: t * usd_per_mtok / 1e6, lambda d: d * 1e6 / usd_per_mtok))
+        cost = ax.secondary_yaxis("right", functions=(lambda t: t * usd_per_mtok / 1e6,
+                                                      lambda d: d * 1e6 / usd_per_mtok))
         cost.set_ylabel(f"USD at ${usd_per_mtok:g}/M input tokens")
         ax.legend(fontsize="small")
         ax.set_title("Cumulative tool tokens saved (estimated)")
@@ -1049,14 +1062,16 @@ def _short_label(text: str, most: int = 48) -> str:
 # --- the page -----------------------------------------------------------------------------
 
 
-def page(agg: Aggregate, images: dict[str, bytes], sources: Sequence[Path], filters: Filters, usd_per_mtok: float) -> str:
+def page(agg: Aggregate, images: dict[str, bytes], sources: Sequence[Path], filters: Filters,
+         usd_per_mtok: float) -> str:
     figures = summary(agg, sources, filters, usd_per_mtok)
     tool = figures["tool_tokens"]
     span = f"{_when(agg.first)} – {_when(agg.last)}" if agg.first is not None else "no timestamps"
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>tool discovery report</title>",
         ("<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
-        "table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+        "table{border-collapse:collapse;margin:.5em 0 1.5em}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
         "td:first-child,th:first-child{text-align:left}img{max-width:100%;display:block;margin:1em 0}"
         ".note{color:#555}.money td{font-size:1.3em}table.turns td,table.turns th{font-size:.85em;text-align:left}"
         "table.words td,table.words th{text-align:left}</style></head><body>"),

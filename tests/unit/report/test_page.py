@@ -140,3 +140,38 @@ def test_it_counts_whether_searches_landed():
         agg.line(line(Record("anthropic", "tool-search", searches=searches, called=called)), report.Filters())
     assert dict(agg.landing) == {"turns": 3, "first": 1, "again": 2, "again_landed": 1}
     assert "Did searches land" in report.page(agg, {}, [], report.Filters(), 3.0)
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_one_or_two_records_draw_sane_plots(tmp_path, monkeypatch, count):
+    """A first look (the demo's one turn, a wrap of one or two requests): the cumulative plot
+    draws a line from 0, the tokens axes start at 0, and every time axis spans minutes around the
+    records, never years."""
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    records = [{"id": f"{i:012x}", "time": T0 + 5 * i, "provider": "anthropic", "strategy": "tool-search",
+                "total_tools": 33, "kept_tools": 1, "tool_tokens_before": 1500, "tool_tokens_after": 120,
+                "tool_tokens_wire": 120, "model": "claude-sonnet-4-5", "usage": {"input_tokens": 1000},
+                "cost_usd": 0.003, "cost_usd_without": 0.0075, "tenant": "abc", "agent": "claude-code"}
+               for i in range(count)]
+    log = tmp_path / "t.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    figures = {}
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: (figures.setdefault(fig.axes[0].get_title(), fig), close(fig)))
+    agg = report.read([log], report.Filters(), progress=False)
+    images = report.plots(agg, 3.0)
+    assert {"cumulative_saved.png", "tokens_over_time.png", "saving_by_tenant.png"} <= set(images)
+    for title, fig in figures.items():
+        ax = fig.axes[0]
+        if ax.xaxis.get_major_formatter().__class__.__name__ != "ConciseDateFormatter":
+            continue
+        lo, hi = (mdates.num2date(x) for x in ax.get_xlim())
+        assert (hi - lo).total_seconds() <= 2 * 86400, (title, lo, hi)  # not 2025-2029 around one point
+    cumulative = figures["Cumulative tool tokens saved (estimated)"].axes[0]
+    total = next(line for line in cumulative.get_lines() if line.get_label() == "all APIs")
+    assert list(total.get_ydata()) == [0] + [1380 * (i + 1) for i in range(count)]  # a line, from 0
+    assert cumulative.get_ylim()[0] == 0 and cumulative.get_ylim()[1] > 1380 * count
+    [per_request] = [fig for title, fig in figures.items() if title.startswith("Tool tokens per request")]
+    assert per_request.axes[0].get_ylim()[0] == 0

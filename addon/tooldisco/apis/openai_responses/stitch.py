@@ -295,7 +295,7 @@ class ResponsesStitcher(Stitcher):
         if not changed:
             self._out += event.raw
             return
-        if set(changed) != {"response"} or not self._echo_only(event.data["response"], changed["response"]):
+        if set(changed) != {"response"} or not self._echo_only(event.data.get("response"), changed["response"]):
             self._touched = True
         self._out += self._encode(data, event.type, event.raw)
 
