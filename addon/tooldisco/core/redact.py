@@ -136,6 +136,7 @@ def redact_header(name: str, value: str) -> str:
 
 
 _DONE = "tooldisco_redacted"  # set on a record once its message and traceback are redacted
+REDACTED = _DONE  # the ``extra`` key that says a record comes redacted already (the loguru sink's)
 
 
 class RedactingFilter(logging.Filter):

@@ -4,10 +4,10 @@ it (searches answered, re-forwarded) before the client gets the final one."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from loguru import logger
 from mitmproxy import http
 from mitmproxy.connection import ConnectionState
 
@@ -19,7 +19,6 @@ from tooldisco.watch.watch import Watcher
 
 CLIENT_POLL_S = 0.5  # how often a buffered flow's phantom loop checks that its client still waits
 T = TypeVar("T")
-log = logging.getLogger("tool_discovery")
 
 
 class Buffered:
@@ -96,7 +95,7 @@ async def while_client_waits(flow: http.HTTPFlow, work: Coroutine[Any, Any, T]) 
             if done:
                 return task.result()
             if not flow.client_conn.state & ConnectionState.CAN_READ:
-                log.info("client closed its connection; cancelling the phantom loop of %s", flow.request.pretty_url)
+                logger.info("client closed its connection; cancelling the phantom loop of {}", flow.request.pretty_url)
                 task.cancel()
                 await asyncio.wait([task])
                 return None

@@ -4,10 +4,10 @@ relay's answer to the client unbuffered."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncIterator
 
+from loguru import logger
 from mitmproxy import connection, ctx, http
 
 from tooldisco.core.answers import Head
@@ -19,7 +19,6 @@ from tooldisco.net import relay as relay_mod
 from tooldisco.net.relay import Relay
 from tooldisco.watch.watch import Watcher
 
-log = logging.getLogger("tool_discovery")
 STREAM_TYPES = ("text/event-stream", "application/vnd.amazon.eventstream")
 
 
@@ -103,7 +102,7 @@ class LiveRouter:
         try:
             await self._route(flow, meta, held)
         except Exception:  # fail open: the client's own request goes out, untouched
-            log.exception("live relay unavailable; forwarding the request unchanged")
+            logger.exception("live relay unavailable; forwarding the request unchanged")
             self._watch.forget(flow)
             meta.relayed_to = meta.relayed_request = None
             flow.request.raw_content, flow.request.headers = held.sent

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Iterable
 
+from loguru import logger
 from botocore.credentials import ReadOnlyCredentials
 from mitmproxy import http
 
 from tooldisco.core import bodies
 from tooldisco.net import sigv4
 
-log = logging.getLogger("tool_discovery")
 
 
 async def decoded(message: http.Message, cap: int, skipped: str) -> bytes | None:
@@ -28,8 +27,8 @@ async def decoded(message: http.Message, cap: int, skipped: str) -> bytes | None
             return bodies.decode(raw, coding, cap)  # plain: only its size is checked
         return await asyncio.to_thread(bodies.decode, raw, coding, cap)
     except bodies.BodyError as e:
-        log.warning("%s: cannot decode the %s body (%s)", skipped,
-                    "request" if isinstance(message, http.Request) else "response", e)
+        logger.warning("{}: cannot decode the {} body ({})", skipped,
+                       "request" if isinstance(message, http.Request) else "response", e)
         return None
 
 
@@ -41,7 +40,7 @@ def signed(url: str, headers: Iterable[tuple[str, str]], body: bytes,
         return pairs
     result = sigv4.resign("POST", url, pairs, body, aws)
     if result.status is sigv4.Status.CANNOT:
-        log.warning("cannot re-sign the changed request: %s", result.reason)
+        logger.warning("cannot re-sign the changed request: {}", result.reason)
     return list(result.headers)
 
 

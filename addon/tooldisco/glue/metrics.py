@@ -11,7 +11,6 @@ proxy runs on without metrics.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -19,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import Metric
 
+from loguru import logger
 from tooldisco.config import format_listen, parse_listen
 
 if TYPE_CHECKING:
     from tooldisco.glue.options import Options
 
-log = logging.getLogger("tool_discovery")
 
 
 class _Current:
@@ -95,12 +94,12 @@ class MetricsServer:
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         except OSError as e:
-            log.warning("tool discovery: metrics not served: cannot listen on %s (%s); the proxy runs on "
-                        "without them", listen, e.strerror or e)
+            logger.warning("tool discovery: metrics not served: cannot listen on {} ({}); the proxy runs on "
+                           "without them", listen, e.strerror or e)
             return
         bound = self._server.server_address
         self.url = f"http://{format_listen(host, bound[1])}/metrics"
-        log.info("tool discovery: metrics at %s", self.url)
+        logger.info("tool discovery: metrics at {}", self.url)
 
     def _stop(self) -> None:
         server, thread, self._server, self._thread, self.url = self._server, self._thread, None, None, None

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import replace
 from typing import Optional
 from urllib.parse import urlsplit
 
+from loguru import logger
 from mitmproxy import contentviews, ctx, exceptions
 
 from tooldisco import userconfig
@@ -20,7 +20,6 @@ from tooldisco.watch.view import ToolsView
 # Inside the package: an installed wheel carries its configs (package data). Used when neither the
 # option, $TOOLDISCO_CONFIG nor the user's own config (``tooldisco init``) names another: ``userconfig``.
 DEFAULT_CONFIG = str(userconfig.SHIPPED_DEFAULT)
-log = logging.getLogger("tool_discovery")
 
 
 def startup(config: Config, path: str) -> str:
@@ -101,11 +100,11 @@ class Options:
                 raise exceptions.OptionsError(str(e)) from None
             config = replace(config, metrics=MetricsSettings(format_listen(*address)))
         for warning in config.warnings:
-            log.warning(warning)
+            logger.warning(warning)
         self._close()
         self.engine = Engine(config)
         self.config_path = str(path)
-        log.info("%s", startup(config, str(path) if found.source == "option" else f"{path} ({found.why})"))
+        logger.info("{}", startup(config, str(path) if found.source == "option" else f"{path} ({found.why})"))
 
     @property
     def edit_hint(self) -> str:

@@ -3,9 +3,9 @@ the search tool injected), and re-signed when the client signed it with SigV4 (B
 
 from __future__ import annotations
 
-import logging
 from urllib.parse import urlsplit
 
+from loguru import logger
 from mitmproxy import http
 
 from tooldisco.apis import registry
@@ -19,7 +19,6 @@ from tooldisco.net import sigv4
 from tooldisco.policy.hosts import unlisted_host
 from tooldisco.watch.watch import Watcher
 
-log = logging.getLogger("tool_discovery")
 REENCODABLE = frozenset({"gzip", "deflate", "br", "zstd", "identity"})  # a single one mitmproxy re-applies on set
 WARNED_HOSTS_MAX = 100  # unlisted hosts warned about, remembered per process: bounded by count
 
@@ -49,7 +48,7 @@ class Rewrite:
         try:
             await self._rewrite(flow, engine, adapter, original[:2])
         except Exception:
-            log.exception("tool discovery failed; forwarding the request unchanged")
+            logger.exception("tool discovery failed; forwarding the request unchanged")
             self._watch.forget(flow)
             flow.request.raw_content, flow.request.headers, flow.request.url, flow.server_conn = original
             if (meta := metadata.of(flow)) is not None:
@@ -68,11 +67,11 @@ class Rewrite:
             # than the host the client asked for; ``hosts:`` is matched against the latter.
             going = request.host.lower().rstrip(".")
             via = f" (sent on to {going})" if going != unlisted else ""
-            log.warning("tool discovery: %s%s is not in hosts: requests with tools to it pass "
-                        "unprocessed; add it (or a preset) to hosts: in %s",
-                        unlisted, via, self._options.edit_hint)
+            logger.warning("tool discovery: {}{} is not in hosts: requests with tools to it pass "
+                           "unprocessed; add it (or a preset) to hosts: in {}",
+                           unlisted, via, self._options.edit_hint)
         except Exception:
-            log.debug("unlisted-host check failed", exc_info=True)
+            logger.opt(exception=True).debug("unlisted-host check failed")
 
     def _unenforced(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter, why: str) -> bool:
         """A request the policy's deny could not be applied to: it goes as sent with a warning
@@ -86,10 +85,10 @@ class Rewrite:
                        "and policy.fail is closed")
             headers, body = adapter.error_body(Failure(403, message=message))
             flow.response = http.Response.make(403, body, messages.headers(headers))
-            log.warning("tool policy: a request to %s refused: %s", flow.request.pretty_host, why)
+            logger.warning("tool policy: a request to {} refused: {}", flow.request.pretty_host, why)
             return True
-        log.warning("tool policy not applied: a request to %s goes as sent, denied tools and all: %s "
-                    "(policy.fail: closed refuses such requests)", flow.request.pretty_host, why)
+        logger.warning("tool policy not applied: a request to {} goes as sent, denied tools and all: {} "
+                       "(policy.fail: closed refuses such requests)", flow.request.pretty_host, why)
         return False
 
     async def _rewrite(self, flow: http.HTTPFlow, engine: Engine, adapter: Adapter,
@@ -109,7 +108,7 @@ class Rewrite:
             status, reason = sigv4.check("POST", request.url, request.headers.items(multi=True),
                                          request.raw_content or b"", aws)
             if status is sigv4.Status.CANNOT:
-                log.warning("tool discovery skipped: %s", reason)
+                logger.warning("tool discovery skipped: {}", reason)
                 self._unenforced(flow, engine, adapter, "a changed body could not be signed again")
                 return
         # On the planning pool (its tenant's share of worker threads): a first request on a large

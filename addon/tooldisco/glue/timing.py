@@ -14,15 +14,14 @@ was over: upstream time runs from the later of the two (planning's end is the re
 
 from __future__ import annotations
 
-import logging
 import time
 
+from loguru import logger
 from mitmproxy import http
 
 from tooldisco.engine.telemetry import Record
 from tooldisco.glue import metadata
 
-log = logging.getLogger("tool_discovery")
 
 
 class Timing:
@@ -52,7 +51,7 @@ class Timing:
                 record.upstream_ms = upstream_ms(flow, record)
                 record.total_ms = total_ms(record, flow)
         except Exception:  # a figure is lost, never a flow
-            log.debug("upstream time of flow %s not read", flow.id, exc_info=True)
+            logger.opt(exception=True).debug("upstream time of flow {} not read", flow.id)
 
 
 def upstream_ms(flow: http.HTTPFlow, record: Record) -> float:

@@ -11,11 +11,11 @@ whatever goes wrong here only loses that turn's usage.
 from __future__ import annotations
 
 import asyncio
-import logging
 import zlib
 from collections.abc import Callable
 from typing import Any
 
+from loguru import logger
 from mitmproxy import http
 
 from tooldisco.apis.usage_scan import UsageScan
@@ -24,7 +24,6 @@ from tooldisco.engine.accounting import Tally
 from tooldisco.glue import metadata
 from tooldisco.glue.options import Options
 
-log = logging.getLogger("tool_discovery")
 # How much of a compressed answer is inflated to be read: past it, its usage goes unread.
 MAX_INFLATED = 64 * 1024 * 1024
 
@@ -47,7 +46,7 @@ class UsageTap:
             inflate = _inflater(flow.response.headers.get("content-encoding", ""))
             flow.response.stream = _tap(flow.response.stream, passed.scan, inflate)
         except Exception:
-            log.debug("usage tap not set", exc_info=True)
+            logger.opt(exception=True).debug("usage tap not set")
 
     async def response(self, flow: http.HTTPFlow) -> None:
         meta = metadata.of(flow)
@@ -71,7 +70,7 @@ class UsageTap:
                 scan.feed(body)
                 usage = scan.usage()
         except Exception:
-            log.debug("usage of a passed-through answer not read", exc_info=True)
+            logger.opt(exception=True).debug("usage of a passed-through answer not read")
         self._close(passed, flow.response.status_code, usage)
 
     def error(self, flow: http.HTTPFlow) -> None:

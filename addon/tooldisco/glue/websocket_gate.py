@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 
+from loguru import logger
 from mitmproxy import http
 
 from tooldisco.glue import metadata
 from tooldisco.glue.options import Options
 
-log = logging.getLogger("tool_discovery")
 REFUSAL = (b'{"error":{"type":"invalid_request_error","message":"WebSocket transport is not available '
            b'through this proxy; use HTTP"}}')
 
@@ -30,9 +29,9 @@ class WebSocketGate:
         if not engine.adapter_for(meta.host, "POST", flow.request.path):
             return
         if engine.config.websocket == "refuse":
-            log.info("refusing a WebSocket upgrade to %s%s: clients fall back to HTTP", meta.host, flow.request.path)
+            logger.info("refusing a WebSocket upgrade to {}{}: clients fall back to HTTP", meta.host, flow.request.path)
             # 426 Upgrade Required (RFC 9110 §15.5.22): Codex then falls back to HTTP, no retry
             flow.response = http.Response.make(426, REFUSAL, {"content-type": "application/json"})
         else:
-            log.warning("WebSocket to %s%s passes through without tool discovery (websocket: passthrough)",
-                        meta.host, flow.request.path)
+            logger.warning("WebSocket to {}{} passes through without tool discovery (websocket: passthrough)",
+                           meta.host, flow.request.path)

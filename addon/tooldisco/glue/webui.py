@@ -25,11 +25,11 @@ from __future__ import annotations
 import ipaddress
 import logging
 
+from loguru import logger
 from mitmproxy import ctx
 
 from tooldisco.core.redact import redact
 
-log = logging.getLogger("tool_discovery")
 # mitmweb's loggers that print its login URL (the startup line; the one when no browser opened).
 LOGIN_LOGGERS = frozenset({"mitmproxy.tools.web.master", "mitmproxy.tools.web.webaddons"})
 COMMENT = "comment"
@@ -95,9 +95,9 @@ class WebUI:
         if COMMENT not in options.web_columns:
             options.update(web_columns=[*options.web_columns, COMMENT])
         if not options.web_password and not loopback(options.web_host):
-            log.warning("mitmweb login: the UI listens on %s, beyond this machine, so its token stays masked in "
-                        "the log; set web_password (an argon2 hash) and log in with that password, or start it "
-                        "with tooldisco run --web, which prints the URL once", options.web_host or "every interface")
+            logger.warning("mitmweb login: the UI listens on {}, beyond this machine, so its token stays masked in "
+                           "the log; set web_password (an argon2 hash) and log in with that password, or start it "
+                           "with tooldisco run --web, which prints the URL once", options.web_host or "every interface")
 
     def done(self) -> None:
         """A script reload builds a new instance, whose filter takes this one's place."""

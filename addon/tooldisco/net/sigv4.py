@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from urllib.parse import parse_qs, urlsplit
 
+from loguru import logger
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
@@ -41,7 +42,6 @@ CREDENTIALS_TIMEOUT = 5.0  # seconds; botocore's instance-metadata fetcher defau
 # Headers the signer itself sets; the rest of the client's signed headers are copied.
 _SIGNER_SET = frozenset({"authorization", "x-amz-date", "x-amz-security-token"})
 
-log = logging.getLogger(__name__)
 # botocore.auth logs the canonical request and each signature it makes at DEBUG: a re-signed
 # request could be replayed with it for minutes, so it never reaches mitmproxy's log.
 logging.getLogger("botocore.auth").setLevel(logging.INFO)
@@ -129,9 +129,9 @@ async def credentials(timeout: float = CREDENTIALS_TIMEOUT) -> ReadOnlyCredentia
             return ready
         return await asyncio.wait_for(asyncio.to_thread(frozen_credentials), timeout)
     except TimeoutError:
-        log.warning("the AWS credential chain did not answer within %.1f s", timeout)
+        logger.warning("the AWS credential chain did not answer within {:.1f} s", timeout)
     except BotoCoreError as e:
-        log.warning("the AWS credential chain failed: %s", type(e).__name__)
+        logger.warning("the AWS credential chain failed: {}", type(e).__name__)
     return None
 
 

@@ -30,6 +30,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
+from loguru import logger
 from mitmproxy import ctx, http
 
 from tooldisco.config import ToolDiscovery
@@ -42,7 +43,9 @@ from tooldisco.watch.view import FLOW_KEY
 
 MAX_WATCHED = 10_000  # flows followed at once; past it the oldest is let go (it only loses its annotations)
 SEARCHED, FELL_BACK = ":mag:", ":warning:"
-log = logging.getLogger("tool_discovery")
+# The logger mitmproxy prints, which the engine's one sink feeds (``glue.redaction``): asked only
+# whether a level would show, to skip building a line nobody sees.
+_PRINTED = logging.getLogger("tool_discovery")
 
 
 @dataclass
@@ -131,24 +134,24 @@ class Watcher:
             return
         view = self._view()
         shown = view is not None and watch.shown
-        if not shown and not log.isEnabledFor(logging.DEBUG if watch.record.total_tools == 0 else logging.INFO):
+        if not shown and not _PRINTED.isEnabledFor(logging.DEBUG if watch.record.total_tools == 0 else logging.INFO):
             return  # no view, and its line would not be printed (``-q``, a lower verbosity): nothing to make
         record = asdict(watch.record)
         try:
             said = summary.FlowSummary.of(record)
             # INFO for a flow with tools: the line mitmdump prints by default; one without has nothing to say.
             level = logging.INFO if said.sent else logging.DEBUG
-            if log.isEnabledFor(level):
-                log.log(level, "%s", said.line(watch.where))
+            if _PRINTED.isEnabledFor(level):
+                logger.log(logging.getLevelName(level), "{}", said.line(watch.where))
         except Exception as e:  # observability never hurts traffic
-            log.debug("no summary of flow %s: %s", flow.id, e)
+            logger.debug("no summary of flow {}: {}", flow.id, e)
             return
         if not shown:
             return
         try:
             self._show(flow, watch, record, said, view)
         except Exception as e:  # observability never hurts traffic (the flow already went)
-            log.debug("flow %s not shown: %s", flow.id, e)
+            logger.debug("flow {} not shown: {}", flow.id, e)
 
     def _show(self, flow: http.HTTPFlow, watch: _Watch, record: dict[str, Any], said: summary.FlowSummary,
               view: Any) -> None:
@@ -197,7 +200,7 @@ class Watcher:
                 watch.upstream_body.decode("utf-8") if watch.upstream_body is not None else None,
                 watch.phantom, said.found, self._config(), said.mode, said.called)
         except Exception as e:  # observability never hurts traffic: the flow keeps its comment
-            log.debug("tool table of flow %s not made: %s", flow.id, e)
+            logger.debug("tool table of flow {} not made: {}", flow.id, e)
             return
         info["tools"] = [r.as_list() for r in rows]
         _annotate(flow, info)
