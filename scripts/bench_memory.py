@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory of the running proxy: RSS growth over many distinct requests, and what huge bodies leave.
 
-    .venv/bin/python scripts/bench_memory.py [--requests 10000] [--threads 6] [--huge 12] [--trace]
+    .venv/bin/python scripts/bench_memory.py [--requests 10000] [--threads 6] [--huge 12] [--large 200] [--trace]
 
 Three proxies, each a real mitmdump (``tests/e2e/harness.py``) in front of the fake provider
 (``tests/fakeprovider``, in its own process, unpaced): plain mitmdump, mitmdump + the addon on
@@ -17,6 +17,11 @@ SSE, Chat JSON and SSE, Gemini JSON), 16 API keys, one request in ten making the
 (b) Huge bodies: a fresh proxy, a short warm-up, then ``--huge`` requests of 30 MB one at a
 time (a pasted log as the user message, or 60 tools with 500 KB descriptions), RSS sampled
 throughout: the peak, and what is left once they are done.
+(c) Distinct large messages: a fresh proxy, a short warm-up, then ``--large`` requests from
+two kept-alive clients, each with a user message of 300 KB no other request has and the 60
+tools (the APIs in turn). RSS after the warm-up, its peak, right after the last answer and
+once settled. Its acceptance is the plain one: what the addon leaves is within plain
+mitmdump's + 40 MiB, caches included (``LARGE_BOUND``).
 
 Every proxy also loads ``scripts/memtrace.py`` (inert until asked), which reports what the
 addon's byte-bounded caches (``tooldisco.core.bytecache``) hold, and at the end runs glibc's
@@ -27,7 +32,7 @@ build of a huge catalog goes on after its request was answered), so it reads wha
 not work in progress.
 
 Acceptance, against plain mitmdump measured in the same run, for (a) the growth and for (b)
-what is left behind: ``addon_growth - cache_growth <= 1.2 * plain_growth + 8 MiB``.
+what is left behind (for (c), above): ``addon_growth - cache_growth <= 1.2 * plain_growth + 8 MiB``.
 ``cache_growth`` is what the addon's caches hold more at the end than at the start, as they
 charge themselves (each has a byte budget; filling it is by design, so it is not counted);
 everything else must track plain mitmdump. 8 MiB: two RSS readings of one steady state differ
@@ -35,7 +40,7 @@ by a few MiB (pymalloc frees a 1 MiB arena only when it is empty, glibc trims it
 from the top); it is not sized to cover any measured excess.
 
 ``--trace`` adds tracemalloc over the second half of (a) (caches are full by then) and over all
-of (b): the allocation sites that grew, and pymalloc's arenas against its live blocks. Slow,
+of (b) and (c): the allocation sites that grew, and pymalloc's arenas against its live blocks. Slow,
 and tracemalloc's own memory is in the RSS figures.
 """
 
@@ -75,6 +80,8 @@ WARMUP = 200
 HUGE_BYTES = 30 * MiB
 BIG_MESSAGE = 300 * 1024
 BIG_EVERY = 2000  # one user message in this many is 300 KB
+LARGE_CLIENTS = 2  # (c): kept-alive clients sending the distinct 300 KB messages
+LARGE_BOUND = 40 * MiB  # (c): what the addon leaves, at most plain mitmdump's growth + this
 SEARCH_EVERY = 10  # one request in this many makes the model search
 TENANTS = 16
 RESET_BYTES = 16 * MiB  # the fake keeps every request it saw: forget them after this many bytes
@@ -182,6 +189,13 @@ def steady(i: int) -> Request:
     api = APIS[i % len(APIS)]
     size = BIG_MESSAGE if i % BIG_EVERY == BIG_EVERY - 1 else 2000 + (i * 7919) % 3000
     body = json.dumps(api.body(TOOLS, message(i, size))).encode()
+    return Request(api.url, api.headers(f"bench-tenant-{i % TENANTS}"), body)
+
+
+def large(i: int) -> Request:
+    """Request ``i`` of (c): a distinct 300 KB user message with the 60 tools, the APIs in turn."""
+    api = APIS[i % len(APIS)]
+    body = json.dumps(api.body(TOOLS, message(i, BIG_MESSAGE))).encode()
     return Request(api.url, api.headers(f"bench-tenant-{i % TENANTS}"), body)
 
 
@@ -360,6 +374,7 @@ class Reading:
     midway: int = 0
     cpu: float = 0.0  # mitmdump's CPU seconds (user + system) over the measured traffic
     settle_s: float = 0.0  # how long the proxy stayed busy after the last answer (see ``Rss.settled``)
+    after_run: int = 0  # (c): RSS right after the last answer, before settling
 
     @property
     def growth(self) -> int:
@@ -428,6 +443,29 @@ def run_huge(target: str, fake: Fake, tmp: Path, count: int, trace: bool) -> Rea
         proxy.stop()
 
 
+def run_large(target: str, fake: Fake, tmp: Path, count: int, trace: bool) -> Reading:
+    """Part (c) for one proxy: a fresh process, a short warm-up, then ``count`` distinct 300 KB
+    messages from ``LARGE_CLIENTS`` clients."""
+    proxy = start_proxy(target, fake, tmp)
+    rss = Rss(proxy.proc.pid)  # type: ignore[union-attr]
+    try:
+        errors = drive(proxy, fake, map(steady, range(10**7, 10**7 + 50)), 50, 2).errors
+        start, cache0 = rss.settled(), cached(proxy)
+        if trace:
+            probe(proxy, "snapshot")
+        rss.peak = start
+        t0, cpu0 = time.perf_counter(), rss.cpu()
+        run = drive(proxy, fake, map(large, range(count)), count, LARGE_CLIENTS)
+        seconds, cpu, after_run = time.perf_counter() - t0, rss.cpu() - cpu0, rss.now()
+        cache_growth = cached(proxy) - cache0
+        end, trimmed, notes = finish(proxy, rss, trace)
+        return Reading(target, start, end, rss.peak, cache_growth, trimmed, seconds, errors + run.errors, notes,
+                       after_run=after_run, cpu=cpu, settle_s=rss.waited)
+    finally:
+        rss.stop()
+        proxy.stop()
+
+
 # --- report ---------------------------------------------------------------------------------------
 
 
@@ -485,20 +523,44 @@ def report_huge(rows: dict[str, Reading], count: int) -> bool:
     return check(rows, "left behind")
 
 
+def report_large(rows: dict[str, Reading], count: int) -> bool:
+    print(f"\n## (c) {count} distinct {BIG_MESSAGE // 1024} KB messages, {LARGE_CLIENTS} clients, RSS in MiB\n")
+    plain = rows["mitmdump"]
+    print(bench.table(
+        ["proxy", "after warm-up:", "peak:", "after the run:", "settled:", "left behind:", "over mitmdump's:",
+         "in caches:", "outside caches:", "after malloc_trim:", "CPU ms/req:", "busy after, s:", "errors:"],
+        [(r.target, mb(r.start), mb(r.peak), mb(r.after_run), mb(r.end), signed(r.growth),
+          signed(r.growth - plain.growth) if r is not plain else "", signed(r.cache_growth), signed(r.outside_caches),
+          mb(r.trimmed), f"{r.cpu / max(count, 1) * 1000:.0f}", f"{r.settle_s:.0f}", len(r.errors))
+         for r in rows.values()]))
+    limit = max(plain.growth, 0) + LARGE_BOUND
+    print(f"\nAcceptance: left behind (settled, caches included) <= mitmdump's + {mb(LARGE_BOUND)} MiB\n")
+    ok = True
+    for r in rows.values():
+        if r is not plain:
+            passed = r.growth <= limit
+            ok &= passed
+            print(f"- {'PASS' if passed else 'FAIL'} {r.target} left behind: {signed(r.growth)} MiB <= "
+                  f"{signed(plain.growth)} + {mb(LARGE_BOUND)} = {mb(limit)} MiB")
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=10_000)
+    ap.add_argument("--requests", type=int, default=10_000, help="requests in part (a); 0 skips it")
     ap.add_argument("--threads", type=int, default=6, help="concurrent clients per proxy")
     ap.add_argument("--huge", type=int, default=12, help="30 MB requests in part (b); 0 skips it")
+    ap.add_argument("--large", type=int, default=200, help="distinct 300 KB messages in part (c); 0 skips it")
     ap.add_argument("--trace", action="store_true", help="tracemalloc: the allocation sites that grew (slow)")
     ap.add_argument("--smoke", action="store_true",
-                    help="a tiny run (40 requests, one 2 MB 'huge' request; plain mitmdump and the shipped config) "
+                    help="a tiny run (40 requests, one 2 MB 'huge' request, four 300 KB messages; plain mitmdump and "
+                         "the shipped config) "
                          "that checks the script works; the growth bounds are reported, not meaningful at that size")
     args = ap.parse_args()
     if args.smoke:
         global WARMUP, HUGE_BYTES, SETTLE_S
         WARMUP, HUGE_BYTES, SETTLE_S = 10, 2 * MiB, 0.2
-        args.requests, args.threads, args.huge = 40, 2, 1
+        args.requests, args.threads, args.huge, args.large = 40, 2, 1, 4
     targets = TARGETS[:2] if args.smoke else TARGETS  # plain mitmdump, the shipped config
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as name:
         tmp = Path(name)
@@ -506,17 +568,26 @@ def main() -> None:
         try:
             with ThreadPoolExecutor(len(targets)) as pool:  # side by side: two cores, and RSS is per process
                 steady_rows = dict(zip(targets, pool.map(
-                    lambda t: run_steady(t, fake, tmp, args.requests, args.threads, args.trace), targets)))
+                    lambda t: run_steady(t, fake, tmp, args.requests, args.threads, args.trace),
+                    targets))) if args.requests else {}
                 huge_rows = dict(zip(targets, pool.map(
                     lambda t: run_huge(t, fake, tmp, args.huge, args.trace), targets))) if args.huge else {}
+                large_rows = dict(zip(targets, pool.map(
+                    lambda t: run_large(t, fake, tmp, args.large, args.trace), targets))) if args.large else {}
         finally:
             fake.stop()
     if args.trace:
-        print("(--trace: tracemalloc ran over (a)'s second half and all of (b); its own memory is in these figures)\n")
-    ok = report_steady(steady_rows, args.requests)
+        print("(--trace: tracemalloc ran over (a)'s second half and all of (b) and (c); its own memory is in these "
+              "figures)\n")
+    ok = True
+    if steady_rows:
+        ok &= report_steady(steady_rows, args.requests)
     if huge_rows:
         ok &= report_huge(huge_rows, args.huge)
-    rows = [("(a)", r) for r in steady_rows.values()] + [("(b)", r) for r in huge_rows.values()]
+    if large_rows:
+        ok &= report_large(large_rows, args.large)
+    rows = [("(a)", r) for r in steady_rows.values()] + [("(b)", r) for r in huge_rows.values()] + \
+        [("(c)", r) for r in large_rows.values()]
     for part, r in rows:
         for e in r.errors[:3]:
             print(f"\n{part} {r.target} error: {e}")

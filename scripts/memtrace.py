@@ -17,10 +17,11 @@ process started elsewhere. Plain-HTTP requests through the proxy to a reserved h
   1 MiB (or N KiB) or more that a tracked object holds, grouped by the chain of objects that
   keeps it alive (up to a module, a class or an object nothing tracked refers to). A huge
   body still alive after its flow ended is a leak; this names its owner.
-- ``GET http://memtrace.invalid/cycles``: what only the cyclic collector frees, collected now:
+- ``GET http://memtrace.invalid/cycles[?kib=N]``: what only the cyclic collector frees, collected now:
   the counts by type, the frames and coroutines among it (they name the code that made the
-  cycle) and the large blobs it held. A body held by a cycle stays resident until a full
-  collection, which may come long after its flow.
+  cycle), the large blobs it held (1 MiB or more, or N KiB) and which objects held them. A body
+  held by a cycle stays resident until a collection reaches it, which may come long after its
+  flow.
 - ``GET http://memtrace.invalid/trim``: pymalloc's arenas against its live blocks, then
   glibc's ``malloc_trim(0)`` with RSS before and after, and RSS split into anonymous and
   file-backed pages. Free memory an allocator keeps is not live objects: this tells
@@ -69,8 +70,9 @@ class MemTrace:
         answers = {"/caches": caches, "/clear": clear, "/snapshot": self.snapshot, "/big": big, "/cycles": cycles,
                    "/trim": trim}
         answer = answers.get(flow.request.path)
-        if flow.request.path.startswith("/big?kib="):  # a lower floor than 1 MiB
-            answer = partial(big, int(flow.request.query["kib"]) * 1024)
+        if flow.request.path.startswith(("/big?kib=", "/cycles?kib=")):  # a lower floor than 1 MiB
+            kib = int(flow.request.query["kib"]) * 1024
+            answer = partial(big, kib) if flow.request.path.startswith("/big") else partial(cycles, kib)
         status, text = (200, answer()) if answer else (404, f"not one of {sorted(answers)}\n")
         flow.response = http.Response.make(status, text.encode(), {"content-type": "text/plain; charset=utf-8"})
 
@@ -129,25 +131,35 @@ def big(min_bytes: int = BIG_BYTES) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cycles() -> str:
-    """Collect, keeping what was collected in ``gc.garbage`` to describe it, then drop it."""
+def cycles(min_bytes: int = BIG_BYTES) -> str:
+    """Collect, keeping what was collected in ``gc.garbage`` to describe it, then drop it (and
+    collect again: out of ``gc.garbage`` the cycles are garbage again, which only a collection frees)."""
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         found = gc.collect()
         garbage, gc.garbage[:] = list(gc.garbage), []
     finally:
         gc.set_debug(0)
-    return _describe_garbage(found, garbage)
+    text = _describe_garbage(found, garbage, min_bytes)
+    del garbage
+    gc.collect()
+    return text
 
 
-def _describe_garbage(found: int, garbage: list[object]) -> str:
+def _describe_garbage(found: int, garbage: list[object], min_bytes: int = BIG_BYTES) -> str:
     kinds = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in garbage)
     code = Counter(_describe(o, None) for o in garbage
                    if type(o).__name__ in ("frame", "coroutine", "async_generator", "generator"))
-    blobs = {id(r): sys.getsizeof(r) for o in garbage for r in gc.get_referents(o)
-             if isinstance(r, _BLOBS) and sys.getsizeof(r) >= BIG_BYTES}
-    lines = [f"{found} objects in cycles; blobs of 1 MiB or more among them: {len(blobs)}, "
+    blobs: dict[int, int] = {}
+    holders: Counter[str] = Counter()  # the garbage objects that hold those blobs, by type
+    for o in garbage:
+        for r in gc.get_referents(o):
+            if isinstance(r, _BLOBS) and sys.getsizeof(r) >= min_bytes and id(r) not in blobs:
+                blobs[id(r)] = sys.getsizeof(r)
+                holders[_describe(o, r)] += sys.getsizeof(r)
+    lines = [f"{found} objects in cycles; blobs of {min_bytes / 1024:,.0f} KiB or more among them: {len(blobs)}, "
              f"{sum(blobs.values()) / MiB:.1f} MiB"]
+    lines += [f"  {size / MiB:>7.1f} MiB held by {holder}" for holder, size in holders.most_common(8)]
     lines += [f"  {n:>7} {kind}" for kind, n in kinds.most_common(15)]
     lines += [f"  {n:>7} {where}" for where, n in code.most_common(15)]
     return "\n".join(lines) + "\n"

@@ -120,8 +120,14 @@ def check_session_cost(stdout: str, tmp: Path) -> None:
     assert money["unpriced_turns"] == 0 and figures["unmetered_records"] == 0
 
 
+def check_memory_parts(stdout: str, tmp: Path) -> None:
+    """Every part of bench_memory ran: steady traffic, huge bodies, distinct large messages."""
+    for part in ("## (a)", "## (b)", "## (c)"):
+        assert any(line.startswith(part) for line in stdout.splitlines()), (part, stdout[-3000:])
+
+
 # script -> what its output must show beyond a table (stdout, the test's temp dir)
-CHECKS = {"bench_session": check_session_cost}
+CHECKS = {"bench_session": check_session_cost, "bench_memory": check_memory_parts}
 
 
 def test_every_benchmark_has_a_smoke_run() -> None:

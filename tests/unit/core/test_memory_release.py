@@ -140,3 +140,75 @@ CYCLE_PROBE = textwrap.dedent("""
 def test_a_large_flow_has_the_cycles_around_its_body_collected() -> None:
     assert left_by(CYCLE_PROBE, "off") > 100  # MiB: four 30 MB bodies in cycles stay without a full collection
     assert left_by(CYCLE_PROBE, "on") < 32
+
+
+class Exchange:
+    """Stands for what mitmproxy leaves of one flow: a cycle (its type check's exception, frames)
+    around the request's body, which reference counting never frees."""
+
+
+@pytest.fixture
+def allocator_state(monkeypatch: pytest.MonkeyPatch):
+    """``tooldisco.core.allocator`` with no collection asked for and nothing counted yet."""
+    from tooldisco.core import allocator
+
+    for name, value in [("_collect_rounds", 0), ("_collect_generation", allocator.YOUNG), ("_ended_bytes", 0),
+                        ("_asked", 0)]:
+        monkeypatch.setattr(allocator, name, value)
+    return allocator
+
+
+def test_the_cycles_around_many_ordinary_bodies_are_collected(allocator_state) -> None:
+    """Collector thresholds count objects, not bytes: 300 KB bodies, each below any size that
+    matters alone, are what ``collect_soon`` adds up. Until they reach ``COLLECT_AFTER`` no
+    collection is asked for (one is not free); once they do, the trimmer's next round frees
+    every cycle that held one (a collection of the young generations is enough: the cycles are
+    garbage from the start), and the count starts again."""
+    allocator = allocator_state
+    size = 300_000
+    below = allocator.COLLECT_AFTER // size - 1  # flows whose bodies stay below the budget
+    ended: list[weakref.ref[Exchange]] = []
+
+    def flow() -> None:
+        exchange = Exchange()
+        exchange.body, exchange.me = bytes(size), exchange  # type: ignore[attr-defined]
+        ended.append(weakref.ref(exchange))
+        allocator.collect_soon(size)
+
+    gc.collect()
+    gc.disable()  # the interpreter's own collections would hide what the accounting does
+    try:
+        for _ in range(below):
+            flow()
+        allocator.trim_round(None)
+        assert all(ref() is not None for ref in ended)  # below the budget: nothing asked for, all held
+        for _ in range(2):
+            flow()  # past it
+        assert allocator._collect_generation == allocator.YOUNG
+        allocator.trim_round(None)
+        assert [ref for ref in ended if ref() is not None] == []  # every body's cycle is gone
+        assert allocator._ended_bytes == 0 and allocator._collect_rounds == allocator.COLLECT_ROUNDS - 1
+        allocator.collect_soon(size)  # the count starts again: a flow after it asks for nothing new
+        assert allocator._ended_bytes == size and allocator._collect_rounds == allocator.COLLECT_ROUNDS - 1
+    finally:
+        gc.enable()
+
+
+def test_every_few_collections_and_a_large_flow_ask_for_a_full_one(allocator_state) -> None:
+    """What a young collection found still reachable moves to the oldest generation: every
+    ``FULL_EVERY``-th collection asked for is a full one, and so is one a single large flow asks
+    for; a full one asked for is not turned into a young one by a request that follows it."""
+    allocator = allocator_state
+    asked = []
+    for _ in range(2 * allocator.FULL_EVERY):
+        allocator.collect_soon(allocator.COLLECT_AFTER // 2)
+        allocator.collect_soon(allocator.COLLECT_AFTER // 2)
+        asked.append(allocator._collect_generation)
+        allocator._collect_rounds = 0  # the trimmer ran them
+    assert asked == ([allocator.YOUNG] * (allocator.FULL_EVERY - 1) + [allocator.OLDEST]) * 2
+    allocator.collect_soon(allocator.COLLECT_AFTER)
+    assert allocator._collect_generation == allocator.OLDEST and allocator._asked == 0
+    allocator.collect_soon(allocator.COLLECT_AFTER - 1)
+    allocator.collect_soon(1)  # asks for a young one while the full one is still pending: kept full
+    assert allocator._collect_generation == allocator.OLDEST
+    assert allocator._collect_rounds == allocator.COLLECT_ROUNDS
