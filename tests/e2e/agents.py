@@ -244,6 +244,25 @@ def client_requests(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def screened(sent: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Screening findings (``policy.screening``) in the tools of the agent's requests, by tool."""
+    from urllib.parse import urlsplit
+
+    from tooldisco.apis.registry import detect
+    from tooldisco.policy.screening import screen
+
+    found: dict[str, list[str]] = {}
+    for c in sent:
+        url = urlsplit(c["url"])
+        adapter = detect("POST", url.path + (f"?{url.query}" if url.query else ""), url.hostname)
+        if adapter is None:
+            continue
+        for tool in adapter.parse(json.dumps(c["json"])).tools:
+            if findings := screen(tool):
+                found[tool.name] = [f"{f.kind} in {f.where}: {f.detail}" for f in findings]
+    return found
+
+
 # --- MCP tasks: one MCP tool out of the catalog's 125 ------------------------------------------
 
 MCP_PROMPT = (

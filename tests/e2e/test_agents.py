@@ -139,32 +139,13 @@ def test_agent_reads_secret_through_proxy(
         for own in (SEARCH_TOOL, DISPATCHER):
             assert own not in json.dumps(c["json"]), f"client request to {c['url']} mentions {own}"
     # The agent's own tool set is screened clean: screening raises no false alarm on real agents.
-    assert _screened(sent) == {}, run.report()
+    assert agents.screened(sent) == {}, run.report()
 
     if proxy.name == "tool-search" and not case.defers_itself:
         _check_tool_search(case, upstream, sent, run)
     elif proxy.name == "passthrough" or case.defers_itself:
         # A client with its own tool search gets no second one: the proxy stays out of its way.
         assert [r.json.get("tools") for r in upstream] == [c["json"].get("tools") for c in sent], run.report()
-
-
-def _screened(sent: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """Screening findings (``policy.screening``) in the tools of the agent's requests, by tool."""
-    from urllib.parse import urlsplit
-
-    from tooldisco.apis.registry import detect
-    from tooldisco.policy.screening import screen
-
-    found: dict[str, list[str]] = {}
-    for c in sent:
-        url = urlsplit(c["url"])
-        adapter = detect("POST", url.path + (f"?{url.query}" if url.query else ""), url.hostname)
-        if adapter is None:
-            continue
-        for tool in adapter.parse(json.dumps(c["json"])).tools:
-            if findings := screen(tool):
-                found[tool.name] = [f"{f.kind} in {f.where}: {f.detail}" for f in findings]
-    return found
 
 
 def _check_tool_search(

@@ -76,6 +76,8 @@ def test_agent_calls_an_mcp_tool(
     assert case.target in called, out.report()
     for r in out.upstream:  # never the proxy's search beside the client's own
         assert len(agents.search_tools(r.json)) <= 1, out.report()
+    # The agent's own tools and the MCP servers' are screened clean: no false alarm on real agents.
+    assert agents.screened(out.sent) == {}, out.report()
     for c in out.sent:  # the client never sees the proxy's tools, offered or in its history
         for own in (SEARCH_TOOL, DISPATCHER):
             assert own not in json.dumps(c["json"]), f"client request to {c['url']} mentions {own}"

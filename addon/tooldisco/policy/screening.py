@@ -550,7 +550,9 @@ _RULES: tuple[_Rule, ...] = (
           r"(?:do\s+not|don't|dont|never|must\s+not|should\s+not|shouldn't|mustn't)\s+(?:ever\s+)?(?:(?:tell|inform"
           r"|notify|alert|warn|(?:mention|reveal|disclose|explain|report)(?:\s+(?:this|it|that|anything|these)"
           r"(?:\s+[a-z-]{1,20})?)?\s+to)\s+"
-          r"(?:the\s+)?(?:user|users|human|customer|operator|requester)s?(?![a-z])(?!\s+(?:to|how)(?![a-z]))"
+          # "never tell the user the goal is complete": a claim the tool forbids, not a secret it keeps
+          r"(?:the\s+)?(?:user|users|human|customer|operator|requester)s?(?![a-z])"
+          r"(?!\s+(?:to|how|the|a|an|its|whether|when|if)(?![a-z]))"
           r"|let\s+(?:the\s+)?(?:user|users"
           r"|human)\s+(?:know|notice|find\s+out|learn)(?![a-z]))"),
     _rule(_I, f"{_NOT} ; mention mentioning reveal revealing disclose disclosing acknowledge acknowledging"

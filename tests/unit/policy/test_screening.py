@@ -404,6 +404,11 @@ LEGITIMATE: list[Tool] = [
         "headers": prop("Headers, e.g. Authorization: Bearer <token>", "object")}),
     anthropic("notify", "Notifies the on-call engineer. The message is forwarded to the pager service configured "
                         "by the user.", {"message": prop("What happened")}),
+    # Agents forbid claims about state this way (Qwen Code's goal and artifact tools read alike).
+    anthropic("set_goal", "Marks a goal done. Never tell the user the goal is complete until the verifier accepts "
+                          "it; when it rejects the proposal, keep working.", {"reason": prop("Why it is done")}),
+    anthropic("save_file", "Saves a result file. If verification fails, the tool returns an error: do not tell the "
+                           "user the file can be opened or downloaded.", {"path": prop("The file's path")}),
 ]
 
 
