@@ -166,7 +166,7 @@ def test_a_flow_that_went_unchanged_says_why():
 @pytest.mark.parametrize("fields, words", [
     ({"outcome": "no_phantom", "searches": [], "loops": 0}, "answered without a search"),
     ({"outcome": "done", "searches": [], "loops": 0, "deferral": "call-through"}, "answered without a search"),
-    ({"outcome": "mixed"}, "answered with tool calls beside a search (its results go upstream with the next request)"),
+    ({"outcome": "mixed"}, "answered with tool calls beside one the proxy answered, a search or a withheld tool (its result goes upstream with the next request)"),
     ({"outcome": "max_loops_empty"}, "the model only searched, up to the limit: an error the client retries (502)"),
     ({"outcome": "upstream_429"}, "the upstream answered 429, passed on"),
     ({"outcome": "client_gone"}, "the client went away before the answer"),
