@@ -45,7 +45,8 @@ DEFERRED_HOW = {CLASSIC: BY_SEARCH, NATIVE: NATIVELY, CALL_THROUGH: BY_SEARCH, "
 OUTCOME_WORDS: dict[str, str] = {
     "no_phantom": "answered without a search",
     "done": "answered after {searches}",
-    "mixed": "answered with tool calls beside one the proxy answered, a search or a withheld tool (its result goes upstream with the next request)",
+    "mixed": ("answered with tool calls beside one the proxy answered, a search or a withheld tool (its result goes "
+              "upstream with the next request)"),
     "max_loops": "answered at the search limit, after {searches}",
     "max_loops_empty": "the model only searched, up to the limit: an error the client retries (502)",
     "client_gone": "the client went away before the answer",
