@@ -87,8 +87,20 @@ def assert_no_trace(text: str) -> None:
 
 
 def telemetry_mark(proxy: MitmDump) -> int:
+    """How many records the telemetry holds once the test before has written its last (a record
+    lands just after its client has the answer): the count, once it stays the same for a moment."""
     path = proxy.workdir / TELEMETRY
-    return len([x for x in path.read_text().splitlines() if x.strip()]) if path.exists() else 0
+
+    def count() -> int:
+        return len([x for x in path.read_text().splitlines() if x.strip()]) if path.exists() else 0
+
+    last = count()
+    for _ in range(40):
+        time.sleep(0.15)
+        if (now := count()) == last:
+            return now
+        last = now
+    return last
 
 
 def new_records(proxy: MitmDump, mark: int, count: int) -> list[dict[str, Any]]:
