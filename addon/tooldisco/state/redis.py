@@ -227,8 +227,8 @@ class RedisSessionStore:
             tries += 1
             with self._redis.pipeline() as pipe:
                 try:
-                    pipe.watch(skey)
-                    value, result = step(_decode(cast(bytes | None, pipe.get(skey))))
+                    cast(Any, pipe).watch(skey)  # typed in some redis releases only
+                    value, result = step(_decode(pipe.get(skey)))
                     pipe.multi()
                     if value is _SAME:
                         pipe.pexpire(skey, ttl_ms)
@@ -285,6 +285,6 @@ def _encode(value: Any) -> bytes:
     return encode_entry(value)
 
 
-def _decode(raw: bytes | None) -> Any:
+def _decode(raw: Any) -> Any:
     """A stored JSON value; anything unreadable reads as absent (a blank session)."""
     return decode_entry(raw)
