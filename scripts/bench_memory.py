@@ -420,16 +420,23 @@ def run_steady(target: str, fake: Fake, tmp: Path, n: int, threads: int, trace: 
         proxy.stop()
 
 
+def warmed(proxy: Any, fake: Fake, rss: Rss, trace: bool) -> tuple[int, int, int]:
+    """A fresh proxy after 50 small requests: (their errors, resident MB settled, cached MB); the
+    peak starts there, and a tracemalloc snapshot is taken with ``trace``."""
+    errors = drive(proxy, fake, map(steady, range(10**7, 10**7 + 50)), 50, 2).errors
+    start, cache0 = rss.settled(), cached(proxy)
+    if trace:
+        probe(proxy, "snapshot")
+    rss.peak = start
+    return errors, start, cache0
+
+
 def run_huge(target: str, fake: Fake, tmp: Path, count: int, trace: bool) -> Reading:
     """Part (b) for one proxy: a fresh process, a short warm-up, then the huge bodies one at a time."""
     proxy = start_proxy(target, fake, tmp)
     rss = Rss(proxy.proc.pid)  # type: ignore[union-attr]
     try:
-        errors = drive(proxy, fake, map(steady, range(10**7, 10**7 + 50)), 50, 2).errors
-        start, cache0 = rss.settled(), cached(proxy)
-        if trace:
-            probe(proxy, "snapshot")
-        rss.peak = start
+        errors, start, cache0 = warmed(proxy, fake, rss, trace)
         t0 = time.perf_counter()
         for i in range(count):
             errors += drive(proxy, fake, [huge(i)], 1, 1).errors
@@ -449,11 +456,7 @@ def run_large(target: str, fake: Fake, tmp: Path, count: int, trace: bool) -> Re
     proxy = start_proxy(target, fake, tmp)
     rss = Rss(proxy.proc.pid)  # type: ignore[union-attr]
     try:
-        errors = drive(proxy, fake, map(steady, range(10**7, 10**7 + 50)), 50, 2).errors
-        start, cache0 = rss.settled(), cached(proxy)
-        if trace:
-            probe(proxy, "snapshot")
-        rss.peak = start
+        errors, start, cache0 = warmed(proxy, fake, rss, trace)
         t0, cpu0 = time.perf_counter(), rss.cpu()
         run = drive(proxy, fake, map(large, range(count)), count, LARGE_CLIENTS)
         seconds, cpu, after_run = time.perf_counter() - t0, rss.cpu() - cpu0, rss.now()

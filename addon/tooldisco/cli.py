@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import contextlib
 import errno
 import hashlib
 import importlib.util
@@ -38,7 +39,7 @@ import threading
 import time
 import warnings
 from collections import Counter, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -380,6 +381,29 @@ def _raw(config: str | os.PathLike[str]) -> dict[str, Any]:
     return raw if isinstance(raw, dict) else {}
 
 
+class _NoStore(Exception):
+    """The session store's package is missing: ``str()`` says which and how to install it."""
+
+
+@contextlib.contextmanager
+def _quiet_store(cfg: Config) -> Iterator[tuple[SessionStore, str]]:
+    """The config's session store and where it is, its own warnings off (the command says what
+    went wrong in one line), closed at the end; ``_NoStore`` when its package is missing."""
+    where = cfg.sessions.redis.where() if cfg.sessions.backend == "redis" else str(cfg.sessions.directory())
+    logger.disable("tooldisco.state")
+    try:
+        try:
+            store = open_store(cfg.sessions)
+        except ImportError as e:
+            raise _NoStore(f"the session store needs {e.name or 'redis'}: pip install 'tooldisco[redis]'") from None
+        try:
+            yield store, where
+        finally:
+            store.close()
+    finally:
+        logger.enable("tooldisco.state")
+
+
 def forget(config: str, key: str | None) -> tuple[str, int]:
     """Wipe what the traffic of the tenant ``key`` stands for (an API key, as the agent sends
     it) taught the search, or every tenant's (None), in the config's session store. The message
@@ -389,22 +413,14 @@ def forget(config: str, key: str | None) -> tuple[str, int]:
     except (ConfigError, OSError, yaml.YAMLError) as e:
         return f"tooldisco forget: {e}", 1
     tenant = tenant_of({"x-api-key": key}, "") if key is not None else None
-    where = cfg.sessions.redis.where() if cfg.sessions.backend == "redis" else str(cfg.sessions.directory())
-    logger.disable("tooldisco.state")  # the store's own warnings: this command says it in one line
     try:
-        try:
-            store = open_store(cfg.sessions)
-        except ImportError as e:
-            return f"tooldisco forget: the session store needs {e.name or 'redis'}: pip install 'tooldisco[redis]'", 1
-        try:
+        with _quiet_store(cfg) as (store, where):
             gone = store.forget(tenant)
             if not getattr(store, "available", True):
                 return (f"tooldisco forget: the session store at {where} cannot be used (unreachable, locked or not "
                         "writable): nothing was forgotten; fix sessions in the config, or try again"), 1
-        finally:
-            store.close()
-    finally:
-        logger.enable("tooldisco.state")
+    except _NoStore as e:
+        return f"tooldisco forget: {e}", 1
     whose = "that tenant" if tenant is not None else f"{gone} tenant{'s' if gone != 1 else ''}"
     if tenant is not None and not gone:
         return f"nothing learned for that tenant in {where}", 0
@@ -590,16 +606,8 @@ def _tools(ns: argparse.Namespace) -> int:
         print(f"{verb}: {_one_line(str(e))}", file=sys.stderr)
         return 1
     _say_config(found)
-    where = cfg.sessions.redis.where() if cfg.sessions.backend == "redis" else str(cfg.sessions.directory())
-    logger.disable("tooldisco.state")  # the store's own warnings: this command says it in one line
     try:
-        try:
-            store = open_store(cfg.sessions)
-        except ImportError as e:
-            print(f"{verb}: the session store needs {e.name or 'redis'}: pip install 'tooldisco[redis]'",
-                  file=sys.stderr)
-            return 1
-        try:
+        with _quiet_store(cfg) as (store, where):
             stored = store.pin_entries()
             if not getattr(store, "available", True):
                 print(f"{verb}: the session store at {where} cannot be used (unreachable, locked or not readable)",
@@ -609,10 +617,9 @@ def _tools(ns: argparse.Namespace) -> int:
             entries = sorted(((key, data) for key, data in ((k, pins.decode(e)) for k, e in stored)
                               if data["tenant"].lower().startswith(tenant)), key=lambda e: (e[1]["tenant"], e[0]))
             return TOOLS_ACTIONS[ns.tools_command](ns, store, entries, where)
-        finally:
-            store.close()
-    finally:
-        logger.enable("tooldisco.state")
+    except _NoStore as e:
+        print(f"{verb}: {e}", file=sys.stderr)
+        return 1
 
 
 def _tool(name: str) -> str:

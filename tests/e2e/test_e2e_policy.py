@@ -47,6 +47,7 @@ from google.genai import types as gt
 from tooldisco.core.tenants import tenant_of
 
 from tests.e2e.harness import ADDON_PATH, MitmDump
+from tests.e2e.wire_apis import _proxy_fixture as wire_proxy_fixture
 from tests.e2e.wire_apis import (  # noqa: F401 (aws_chain, fk: fixtures used by name)
     AWS_CHAIN_OVERRIDES,
     BEDROCK_URL,
@@ -134,17 +135,7 @@ CONFIGS = {
 
 
 def _proxy_fixture(kind: str) -> Any:
-    @pytest.fixture(scope="module")
-    def proxy(fake_provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory, aws_chain: Any
-              ) -> Iterator[MitmDump]:
-        mitm = MitmDump(tmp_path_factory.mktemp(f"policy-{kind}"), fake_provider.url, script=ADDON_PATH,
-                        config=CONFIGS[kind], name=f"policy {kind}")
-        with aws_chain():
-            mitm.start()
-        yield mitm
-        mitm.stop()
-
-    return proxy
+    return wire_proxy_fixture(f"policy-{kind}", CONFIGS[kind])
 
 
 _search_proxy = _proxy_fixture("search")

@@ -86,7 +86,9 @@ def aws_chain(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], contextl
     return active
 
 
-def _proxy_fixture(strategy: str) -> Any:
+def _proxy_fixture(strategy: str, spec: ConfigSpec | None = None) -> Any:
+    """A module's mitmdump on ``config(strategy)``, or on ``spec`` (named ``strategy``) when given."""
+
     @pytest.fixture(scope="module")
     def proxy(
         fake_provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory, aws_chain: Any
@@ -95,7 +97,7 @@ def _proxy_fixture(strategy: str) -> Any:
             tmp_path_factory.mktemp(strategy),
             fake_provider.url,
             script=ADDON_PATH,
-            config=config(strategy),
+            config=spec if spec is not None else config(strategy),
             name=f"more_apis {strategy}",
         )
         with aws_chain():

@@ -238,7 +238,7 @@ def _flag(entry: Any, flagged: Mapping[str, tuple[screening.Finding, ...]], offe
     for name, found in flagged.items():
         tool = offered.by_name[name]
         fp = pins.fingerprint(tool)
-        if _configured(approvals, name, fp):
+        if pins.config_approves(approvals, name, fp):
             continue
         pin = tools.get(name)
         if isinstance(pin, dict) and pin.get("fp") == fp and pin.get("approved") is not None and not pin.get("pending"):
@@ -255,7 +255,3 @@ def _flag(entry: Any, flagged: Mapping[str, tuple[screening.Finding, ...]], offe
                            "pending": flag}
     return entry
 
-
-def _configured(approvals: tuple[str, ...], name: str, fp: str) -> bool:
-    """Whether the config approves this very definition (``NAME@FINGERPRINT``)."""
-    return any(a.rpartition("@")[0] == name and fp.startswith(a.rpartition("@")[2]) for a in approvals)

@@ -315,6 +315,11 @@ def _approved_by(rules: list[tuple[str | None, str]], name: str, fp: str) -> boo
     return any((n is None or n == name) and fp.startswith(p) for n, p in rules)
 
 
+def config_approves(approved: Collection[str], name: str, fp: str) -> bool:
+    """Whether the config's approvals (``policy.approve``) approve this very definition."""
+    return _approved_by(_approvals(approved), name, fp)
+
+
 def _pin(rec: dict[str, Any], fp: str, body: str, definition: dict[str, Any], approved: float | None,
          was: str | None = None) -> None:
     rec.update(fp=fp, body=body, pending=None, approved=approved)
